@@ -1,0 +1,221 @@
+"""Glue between the tests and your code: the only file the tests import from your submission.
+
+Each function returns or runs one piece of your implementation. The default bodies call the
+stubs in ``cs336_systems/``; if you organise your code differently, change the bodies here,
+but keep every function's name, arguments and return value.
+
+Imports are inside the functions on purpose: an error in one of your files then fails only
+the tests of that problem, not the whole suite.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+# --------------------------------------------------------------------------------------
+# §1.1 benchmarking_script
+# --------------------------------------------------------------------------------------
+
+
+def run_time_steps(
+    step_fn: Callable[[], Any],
+    *,
+    warmup_steps: int,
+    measure_steps: int,
+    synchronize: Callable[[], None],
+    timer: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """Time ``measure_steps`` calls of ``step_fn`` after ``warmup_steps`` untimed ones.
+
+    Returns one duration in seconds per measured step; each includes ``synchronize()``.
+    See ``cs336_systems.benchmarking_script.time_steps``.
+    """
+    from cs336_systems.benchmarking_script import time_steps
+
+    return time_steps(
+        step_fn, warmup_steps=warmup_steps, measure_steps=measure_steps, synchronize=synchronize, timer=timer
+    )
+
+
+def run_benchmark_model(
+    model_size: str,
+    *,
+    context_length: int,
+    mode: str,
+    warmup_steps: int,
+    measure_steps: int,
+    device: str | torch.device,
+    use_bf16: bool = False,
+    batch_size: int = 4,
+    model_overrides: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Benchmark one model size at one context length; see ``benchmarking_script.benchmark_model``."""
+    from cs336_systems.benchmarking_script import benchmark_model
+
+    return benchmark_model(
+        model_size,
+        context_length=context_length,
+        mode=mode,
+        warmup_steps=warmup_steps,
+        measure_steps=measure_steps,
+        device=device,
+        use_bf16=use_bf16,
+        batch_size=batch_size,
+        model_overrides=model_overrides,
+    )
+
+
+def run_benchmarking_cli(argv: list[str]) -> int:
+    """Run the benchmarking command line with ``argv``; return its exit status."""
+    from cs336_systems.benchmarking_script import main
+
+    return main(argv)
+
+
+# --------------------------------------------------------------------------------------
+# §1.2 nsys_profile
+# --------------------------------------------------------------------------------------
+
+
+def get_annotated_scaled_dot_product_attention() -> Callable[..., torch.Tensor]:
+    """Return attention annotated with NVTX ranges; see ``nsys_profile.annotated_scaled_dot_product_attention``."""
+    from cs336_systems.nsys_profile import annotated_scaled_dot_product_attention
+
+    return annotated_scaled_dot_product_attention
+
+
+def run_profiled_training(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    warmup_steps: int,
+    measure_steps: int,
+    synchronize: Callable[[], None],
+) -> None:
+    """Run training steps annotated by phase; see ``nsys_profile.profiled_training``."""
+    from cs336_systems.nsys_profile import profiled_training
+
+    profiled_training(
+        model,
+        optimizer,
+        inputs,
+        targets,
+        warmup_steps=warmup_steps,
+        measure_steps=measure_steps,
+        synchronize=synchronize,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# §1.3 memory_profiling
+# --------------------------------------------------------------------------------------
+
+
+def run_memory_profile(fn: Callable[[], Any], *, snapshot_path: str | Path, max_entries: int = 1_000_000) -> int:
+    """Profile ``fn``'s CUDA memory, write a snapshot, return peak bytes; see ``memory_profiling.profile_memory``."""
+    from cs336_systems.memory_profiling import profile_memory
+
+    return profile_memory(fn, snapshot_path=snapshot_path, max_entries=max_entries)
+
+
+# --------------------------------------------------------------------------------------
+# §2.1 pytorch_attention and §2.2 torch_compile
+# --------------------------------------------------------------------------------------
+
+
+def run_attention_sweep(
+    *,
+    batch_size: int,
+    head_dims: list[int],
+    seq_lens: list[int],
+    device: str | torch.device,
+    warmup_steps: int,
+    measure_steps: int,
+    compiled: bool = False,
+) -> list[dict[str, Any]]:
+    """Time attention forward and backward over a grid; see ``pytorch_attention.attention_sweep``."""
+    from cs336_systems.pytorch_attention import attention_sweep
+
+    return attention_sweep(
+        batch_size=batch_size,
+        head_dims=head_dims,
+        seq_lens=seq_lens,
+        device=device,
+        warmup_steps=warmup_steps,
+        measure_steps=measure_steps,
+        compiled=compiled,
+    )
+
+
+def get_compiled_attention() -> Callable[..., torch.Tensor]:
+    """Return attention compiled with ``torch.compile``; see ``torch_compile.compiled_attention``."""
+    from cs336_systems.torch_compile import compiled_attention
+
+    return compiled_attention()
+
+
+def run_compile_model(model: torch.nn.Module) -> torch.nn.Module:
+    """Return ``model`` compiled with ``torch.compile``; see ``torch_compile.compile_model``."""
+    from cs336_systems.torch_compile import compile_model
+
+    return compile_model(model)
+
+
+# --------------------------------------------------------------------------------------
+# §2.3–§2.5 FlashAttention-2
+# --------------------------------------------------------------------------------------
+
+
+def get_flashattention_autograd_function_pytorch() -> type[torch.autograd.Function]:
+    """Return your tiled PyTorch FlashAttention-2 ``torch.autograd.Function`` subclass (the class).
+
+    ``.apply(Q, K, V, is_causal=False)`` with Q of shape (batch, n_queries, d) and K, V of shape
+    (batch, n_keys, d) returns O with Q's shape and dtype, and saves the logsumexp L of shape
+    (batch, n_queries) in float32 for the backward. See ``flash_attention_pytorch``.
+    """
+    from cs336_systems.flash_attention_pytorch import FlashAttentionPytorch
+
+    return FlashAttentionPytorch
+
+
+def get_flashattention_autograd_function_triton() -> type[torch.autograd.Function]:
+    """Return your Triton FlashAttention-2 ``torch.autograd.Function`` subclass (the class).
+
+    Same contract as the PyTorch one; see ``flash_attention_triton``.
+    """
+    from cs336_systems.flash_attention_triton import FlashAttentionTriton
+
+    return FlashAttentionTriton
+
+
+# --------------------------------------------------------------------------------------
+# §2.6 flash_benchmarking
+# --------------------------------------------------------------------------------------
+
+
+def run_flash_benchmark_sweep(
+    *,
+    seq_lens: list[int],
+    head_dims: list[int],
+    dtypes: list[torch.dtype],
+    device: str | torch.device,
+    batch_size: int = 1,
+    is_causal: bool = True,
+) -> list[dict[str, Any]]:
+    """Compare your Triton FlashAttention-2 with PyTorch attention; see ``flash_benchmarking.flash_benchmark_sweep``."""
+    from cs336_systems.flash_benchmarking import flash_benchmark_sweep
+
+    return flash_benchmark_sweep(
+        seq_lens=seq_lens,
+        head_dims=head_dims,
+        dtypes=dtypes,
+        device=device,
+        batch_size=batch_size,
+        is_causal=is_causal,
+    )
