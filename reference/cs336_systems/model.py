@@ -1,0 +1,1 @@
+../../cs336_systems/model.py
