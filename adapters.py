@@ -17,6 +17,38 @@ from typing import Any, Callable
 import torch
 
 # --------------------------------------------------------------------------------------
+# Provided: the Transformer LM (cs336_systems/model.py, model_sizes.py); no need to edit
+# --------------------------------------------------------------------------------------
+
+
+def get_transformer_lm(
+    model_size: str = "small",
+    *,
+    model_overrides: dict[str, int] | None = None,
+    attention_fn: Callable[..., torch.Tensor] | None = None,
+    device: str | torch.device = "cpu",
+) -> torch.nn.Module:
+    """Build the provided TransformerLM of ``model_size``; see ``model_sizes.build_model``."""
+    from cs336_systems.model_sizes import build_model
+
+    return build_model(model_size, overrides=model_overrides, attention_fn=attention_fn, device=device)
+
+
+def get_scaled_dot_product_attention() -> Callable[..., torch.Tensor]:
+    """Return the provided model's attention, ``model.scaled_dot_product_attention``."""
+    from cs336_systems.model import scaled_dot_product_attention
+
+    return scaled_dot_product_attention
+
+
+def get_use_attention() -> Callable[[Callable[..., torch.Tensor]], Any]:
+    """Return the provided ``model.use_attention``: ``with use_attention(fn):`` swaps the models' attention."""
+    from cs336_systems.model import use_attention
+
+    return use_attention
+
+
+# --------------------------------------------------------------------------------------
 # §1.1 benchmarking_script
 # --------------------------------------------------------------------------------------
 
@@ -138,6 +170,7 @@ def run_attention_sweep(
     warmup_steps: int,
     measure_steps: int,
     compiled: bool = False,
+    attention_fn: Callable[..., torch.Tensor] | None = None,
 ) -> list[dict[str, Any]]:
     """Time attention forward and backward over a grid; see ``pytorch_attention.attention_sweep``."""
     from cs336_systems.pytorch_attention import attention_sweep
@@ -150,6 +183,7 @@ def run_attention_sweep(
         warmup_steps=warmup_steps,
         measure_steps=measure_steps,
         compiled=compiled,
+        attention_fn=attention_fn,
     )
 
 
@@ -207,6 +241,8 @@ def run_flash_benchmark_sweep(
     device: str | torch.device,
     batch_size: int = 1,
     is_causal: bool = True,
+    implementations: dict[str, Callable[..., torch.Tensor]] | None = None,
+    bench: Callable[[Callable[[], Any]], float] | None = None,
 ) -> list[dict[str, Any]]:
     """Compare your Triton FlashAttention-2 with PyTorch attention; see ``flash_benchmarking.flash_benchmark_sweep``."""
     from cs336_systems.flash_benchmarking import flash_benchmark_sweep
@@ -218,4 +254,6 @@ def run_flash_benchmark_sweep(
         device=device,
         batch_size=batch_size,
         is_causal=is_causal,
+        implementations=implementations,
+        bench=bench,
     )

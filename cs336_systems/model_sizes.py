@@ -41,6 +41,13 @@ class ModelSize:
     context_length: int = MAX_CONTEXT_LENGTH
     rope_theta: float = 10_000.0
 
+    def __post_init__(self):
+        if self.d_model % self.num_heads != 0 or (self.d_model // self.num_heads) % 2 != 0:
+            raise ValueError(
+                f"model size {self.name!r}: d_model ({self.d_model}) must be num_heads ({self.num_heads}) "
+                "times an even head dimension (RoPE rotates pairs of dimensions)"
+            )
+
 
 MODEL_SIZES: dict[str, ModelSize] = {
     size.name: size
