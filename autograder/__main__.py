@@ -1,0 +1,118 @@
+"""Command line of the staff tools: ``python -m autograder {grade,bundle,release} ...``.
+
+    python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
+    python -m autograder bundle [--out dist/gradescope_autograder.zip]
+    python -m autograder release [--out dist/student]
+
+SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
+make_submission.sh writes. ``grade`` always writes DIR/results.json (Gradescope's format) and
+prints a per-problem table; it exits 0 whenever it produced results, 2 when --require-gpu
+finds no GPU, and 1 with --expect-full when not every gradable point was earned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from autograder.grade import GradeOptions, grade
+    from autograder.results import leaderboard_entries
+
+    leaderboard = None
+    if args.leaderboard_json:
+        leaderboard = leaderboard_entries(json.loads(Path(args.leaderboard_json).read_text()))
+    options = GradeOptions(
+        submission=Path(args.submission),
+        out=Path(args.out),
+        problems=[name for name in args.problems.split(",") if name] if args.problems else None,
+        keyword=args.k,
+        suites=tuple(args.suites.split(",")),
+        test_timeout_s=args.test_timeout,
+        total_timeout_s=args.timeout,
+        require_gpu=args.require_gpu,
+        sandbox_user=None if args.sandbox_user == "none" else args.sandbox_user,
+        jobs=args.jobs,
+        leaderboard=leaderboard,
+        verbose=args.verbose,
+        quiet=args.quiet,
+    )
+    if args.kit:
+        options.kit = Path(args.kit)
+    report = grade(options)
+    if report.exit_code:
+        return report.exit_code
+    if args.expect_full:
+        tests = report.tests
+        gradable = sum(t.max_score for t in tests if t.outcome.status != "not_graded")
+        earned = sum(t.score for t in tests)
+        if earned + 1e-6 < gradable or not tests:
+            print(f"grade: --expect-full: earned {earned:.2f} of {gradable:.2f} gradable points", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from autograder.bundle import build_bundle
+
+    path = build_bundle(Path(args.out))
+    print(f"bundle: wrote {path} ({path.stat().st_size / 1e6:.2f} MB); upload it as the Gradescope autograder")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from autograder.release import build_release
+
+    path = build_release(Path(args.out), force=args.force)
+    print(f"release: wrote the student tree to {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    grade = commands.add_parser("grade", help="grade one submission; write results.json and print a table")
+    grade.add_argument("submission", help="directory with adapters.py and cs336_systems/, or a submission zip")
+    grade.add_argument("--out", default="results", help="directory for results.json (default: ./results)")
+    grade.add_argument("--problems", help="comma-separated problem names to grade (default: all)")
+    grade.add_argument("-k", help="pytest -k expression to select tests (partial grade)")
+    grade.add_argument("--suites", default="visible,hidden", help="comma-separated: visible, hidden")
+    grade.add_argument("--test-timeout", type=float, help="seconds one test may run (default: manifest)")
+    grade.add_argument("--timeout", type=float, help="seconds the whole grade may run (default: manifest)")
+    grade.add_argument("--require-gpu", action="store_true", help="fail (exit 2) when no CUDA GPU is present")
+    grade.add_argument("--sandbox-user", default="auto",
+                       help="user the tests drop to when run as root: auto (cs336-sandbox, else nobody), "
+                            "a user name, or none")
+    grade.add_argument("--jobs", type=int, help="test processes at a time (default: CPU count, at most 4)")
+    grade.add_argument("--leaderboard-json", help="JSON with the submission's leaderboard time(s) to report")
+    grade.add_argument("--expect-full", action="store_true",
+                       help="exit 1 unless every point gradable on this runner was earned (for checking the reference)")
+    grade.add_argument("--kit", help=argparse.SUPPRESS)
+    grade.add_argument("-v", "--verbose", action="store_true", help="print every test as it finishes")
+    grade.add_argument("-q", "--quiet", action="store_true", help="print nothing; just write results.json")
+    grade.set_defaults(run=_grade)
+
+    bundle = commands.add_parser("bundle", help="build the Gradescope autograder zip")
+    bundle.add_argument("--out", default="dist/gradescope_autograder.zip")
+    bundle.set_defaults(run=_bundle)
+
+    release = commands.add_parser("release", help="build the student release tree")
+    release.add_argument("--out", default="dist/student")
+    release.add_argument("--force", action="store_true", help="replace --out if it exists")
+    release.set_defaults(run=_release)
+
+    args = parser.parse_args(argv)
+    for name in ("suites",):
+        if args.command == "grade":
+            bad = sorted(set(args.suites.split(",")) - {"visible", "hidden"})
+            if bad:
+                parser.error(f"--{name}: unknown suite(s) {bad}; use visible and/or hidden")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""Grade one submission: sandbox it, run the visible and hidden suites, write results.json.
+
+Read by staff who run or change the grader; ``python -m autograder grade --help`` is the
+front door. The steps:
+
+1. copy the submission's ``adapters.py`` and ``cs336_systems/**/*.py`` into a fresh sandbox
+   (autograder/sandbox.py), leaving everything else out;
+2. when running as root, make the hidden tests and the reference readable by root only, and
+   have every test process drop to an unprivileged sandbox user once its tests are collected;
+3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), two
+   or more at a time;
+4. share each problem's points among its tests (autograder/results.py), write
+   ``results.json`` whatever happened, and print a per-problem table.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.manifest import Manifest, load_manifest
+from autograder.results import collect_tests, format_table, results_json, write_results
+from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, run_suite
+from autograder.sandbox import SandboxReport, SubmissionNotFound, build_sandbox
+
+SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
+STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixtures", Path("reference"))
+SANDBOX_USERS = ("cs336-sandbox", "nobody")
+
+
+@dataclass
+class GradeOptions:
+    """Everything ``grade`` needs; the CLI (autograder/__main__.py) fills it from flags."""
+
+    submission: Path
+    out: Path | None = None
+    problems: list[str] | None = None
+    keyword: str | None = None
+    suites: tuple[str, ...] = ("visible", "hidden")
+    test_timeout_s: float | None = None
+    total_timeout_s: float | None = None
+    require_gpu: bool = False
+    sandbox_user: str | None = "auto"
+    jobs: int | None = None
+    leaderboard: list | None = None
+    verbose: bool = False
+    quiet: bool = False
+    kit: Path = KIT
+    manifest: Manifest | None = None
+
+
+@dataclass
+class GradeReport:
+    """What ``grade`` returns: the results dict (also written to disk) and how the run went."""
+
+    results: dict
+    table: str
+    tests: list = field(default_factory=list)
+    runs: list[SuiteRun] = field(default_factory=list)
+    sandbox: SandboxReport | None = None
+    seconds: float = 0.0
+    results_path: Path | None = None
+    exit_code: int = 0
+
+
+class _Printer:
+    """Progress lines, one per finished test file, and at once for crashes and restarts."""
+
+    def __init__(self, verbose: bool, quiet: bool):
+        self.verbose, self.quiet = verbose, quiet
+        self.lock = threading.Lock()
+        self.files: dict[tuple[str, str], list[str]] = {}
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        with self.lock:
+            print(text, flush=True)
+
+    def result(self, suite: str, outcome: Verdict) -> None:
+        file = outcome.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        mark = {"passed": ".", "failed": "F", "not_graded": "g"}[outcome.status]
+        with self.lock:
+            for (other_suite, other_file) in [key for key in self.files if key[0] == suite and key[1] != file]:
+                self._flush(other_suite, other_file)
+            self.files.setdefault((suite, file), []).append(mark)
+            if self.verbose and not self.quiet:
+                print(f"  [{suite}] {outcome.status:<10} {outcome.nodeid} ({outcome.duration:.1f} s)", flush=True)
+
+    def _flush(self, suite: str, file: str) -> None:
+        marks = self.files.pop((suite, file))
+        if self.quiet:
+            return
+        counts = f"{marks.count('.')}/{len(marks)} passed" + (f", {marks.count('g')} need a GPU" if "g" in marks else "")
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] {suite:<7} {file:<44} {''.join(marks)[:40]:<40} {counts}", flush=True)
+
+    def flush_all(self) -> None:
+        with self.lock:
+            for key in list(self.files):
+                self._flush(*key)
+
+
+def _sandbox_ids(choice: str | None) -> tuple[int | None, int | None, str | None]:
+    """(uid, gid, name) of the user that test processes drop to; all None when not root or disabled."""
+    if choice is None or os.geteuid() != 0:
+        return None, None, None
+    names = SANDBOX_USERS if choice == "auto" else (choice,)
+    for name in names:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return entry.pw_uid, entry.pw_gid, name
+    if choice != "auto":
+        raise SystemExit(f"grade: sandbox user {choice!r} does not exist; create it (useradd --system {choice}) "
+                         "or pass --sandbox-user auto")
+    return None, None, None
+
+
+def _protect_staff_files(kit: Path) -> None:
+    """Make the hidden tests, the fixtures and the reference unreadable by anyone but root."""
+    for relative in STAFF_ONLY:
+        path = kit / relative
+        if path.exists():
+            path.chmod(0o700)
+
+
+def _cuda_available() -> bool:
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    return subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True).returncode == 0
+
+
+def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[str, list[Path]], list[str]]:
+    wanted = {problem.name for problem in problems}
+    files: dict[str, list[Path]] = {}
+    unmapped = []
+    for suite in suites:
+        folder = kit / SUITE_DIRS[suite]
+        chosen = []
+        for path in sorted(folder.glob("test_*.py")):
+            problem = manifest.problem_of_file(path.name)
+            if problem is None:
+                unmapped.append(str(path.relative_to(kit)))
+            elif problem.name in wanted:
+                chosen.append(path)
+        files[suite] = chosen
+    return files, unmapped
+
+
+def _shards(files: dict[str, list[Path]], jobs: int) -> list[tuple[str, int, list[Path]]]:
+    """Split each suite's files into shards (one process chain each), balancing file sizes."""
+    suites = [suite for suite in files if files[suite]]
+    if not suites:
+        return []
+    per_suite = max(1, jobs // len(suites))
+    shards = []
+    for suite in suites:
+        bins: list[list[Path]] = [[] for _ in range(min(per_suite, len(files[suite])))]
+        sizes = [0] * len(bins)
+        for path in sorted(files[suite], key=lambda p: -p.stat().st_size):
+            index = sizes.index(min(sizes))
+            bins[index].append(path)
+            sizes[index] += path.stat().st_size
+        shards += [(suite, index, sorted(group)) for index, group in enumerate(bins)]
+    return shards
+
+
+def grade(options: GradeOptions) -> GradeReport:
+    """Grade ``options.submission``; always returns (and writes, with ``out``) a complete results dict."""
+    started = time.monotonic()
+    kit = options.kit.resolve()
+    manifest = options.manifest or load_manifest()
+    printer = _Printer(options.verbose, options.quiet)
+    settings = manifest.settings
+    if options.problems:
+        unknown = sorted(set(options.problems) - set(manifest.by_name))
+        if unknown:
+            raise SystemExit(f"grade: unknown problem(s) {unknown}; known: {[p.name for p in manifest.problems]}")
+        problems = [p for p in manifest.problems if p.name in options.problems]
+    else:
+        problems = list(manifest.problems)
+    complete = not options.problems and not options.keyword and set(options.suites) == set(SUITE_DIRS)
+    notes: list[str] = []
+
+    if options.require_gpu and not _cuda_available():
+        message = ("--require-gpu was given but this runner has no CUDA GPU (torch.cuda.is_available() is False); "
+                   "no test was run. Grade on a GPU runner, or drop --require-gpu to grade on CPU.")
+        print(f"grade: ERROR: {message}", file=sys.stderr, flush=True)
+        results = results_json([], manifest, execution_time=time.monotonic() - started, output=message)
+        path = options.out / "results.json" if options.out else None
+        if path:
+            write_results(path, results)
+        return GradeReport(results, message, seconds=time.monotonic() - started, results_path=path, exit_code=2)
+
+    private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
+    shared = Path(tempfile.mkdtemp(prefix="cs336-sandbox-"))
+    try:
+        shared.chmod(0o755)
+        sandbox_dir = shared / "submission"
+        try:
+            sandbox = build_sandbox(options.submission, sandbox_dir,
+                                    link_roots=[kit / "cs336_systems", kit / "adapters.py"])
+        except SubmissionNotFound as error:
+            notes.append(f"no submission found: {error}")
+            shutil.rmtree(sandbox_dir, ignore_errors=True)
+            sandbox = build_sandbox(private / "empty-upload", sandbox_dir)
+        uid, gid, user = _sandbox_ids(options.sandbox_user)
+        workdir = shared / "work"
+        for sub in ("", "home", "tmp", "cache"):
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+            if uid is not None:
+                os.chown(workdir / sub, uid, gid)
+            (workdir / sub).chmod(0o700)
+        if uid is not None:
+            _protect_staff_files(kit)
+        files, unmapped = _test_files(kit, manifest, options.suites, problems)
+        if unmapped:
+            notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
+        jobs = options.jobs or min(4, os.cpu_count() or 1)
+        shards = _shards(files, jobs)
+        test_timeout = options.test_timeout_s or settings.test_timeout_s
+        deadline = started + (options.total_timeout_s or settings.total_timeout_s)
+        printer.say(f"grade: {options.submission} ({sandbox.summary().splitlines()[0]})")
+        printer.say(f"grade: {len(shards)} test process chain(s), {min(jobs, max(1, len(shards)))} at a time; "
+                    f"per-test limit {test_timeout:.0f} s; "
+                    + (f"test code runs as user {user!r}" if user else "test code runs as this user (not root)"))
+
+        def problem_of(nodeid: str) -> str:
+            problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+            return problem.name if problem else "?"
+
+        runs: list[SuiteRun] = []
+        threads_each = max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(shards))))
+        specs = [
+            SuiteSpec(
+                name=suite, files=shard_files, sandbox=sandbox_dir, workdir=workdir,
+                private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
+                crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
+                keyword=options.keyword, uid=uid, gid=gid, sweep_uid=user not in (None, "nobody"),
+                threads=threads_each, on_result=printer.result,
+                on_note=lambda suite, note: printer.say(f"          {suite:<7} {note}"), kit=kit, shard=index,
+            )
+            for suite, index, shard_files in shards
+        ]
+        runs = _run_all(specs, jobs)
+        printer.flush_all()
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
+
+    merged = _merge(runs)
+    tests = collect_tests(manifest, merged, problems, complete)
+    table = format_table(tests, problems)
+    seconds = time.monotonic() - started
+    cuda = next((run.cuda for run in merged if run.cuda is not None), None)
+    runner = "GPU runner (CUDA available)" if cuda else "CPU runner (no CUDA: Triton runs in its interpreter)"
+    restarts = sum(run.restarts for run in merged)
+    lines = [f"Graded on a {runner} in {seconds:.1f} s.", "", table, "", "Submission: " + sandbox.summary()]
+    if restarts:
+        lines.append(f"The test process was restarted {restarts} time(s) after a crash, hang or tampering; "
+                     "see the failed tests' messages.")
+    lines += notes
+    output = "\n".join(lines)
+    results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard)
+    path = None
+    if options.out is not None:
+        path = options.out / "results.json"
+        write_results(path, results)
+    if not options.quiet:
+        print()
+        print(table)
+        for line in lines[4:]:
+            print(line)
+        if path:
+            print(f"results: {path}")
+        print(f"grade: finished in {seconds:.1f} s", flush=True)
+    return GradeReport(results, table, tests, merged, sandbox, seconds, path, 0)
+
+
+def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
+    """Run the shards, ``jobs`` at a time, each in its own watchdog thread."""
+    results: list[SuiteRun | None] = [None] * len(specs)
+    queue = list(enumerate(specs))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, spec = queue.pop(0)
+            results[index] = run_suite(spec)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(jobs, len(specs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [run for run in results if run is not None]
+
+
+def _merge(runs: list[SuiteRun]) -> list[SuiteRun]:
+    """One SuiteRun per suite (shards of a suite merged, in file order)."""
+    merged: dict[str, SuiteRun] = {}
+    for run in runs:
+        target = merged.setdefault(run.name, SuiteRun(run.name))
+        target.outcomes.update(run.outcomes)
+        target.collect_errors += run.collect_errors
+        target.cuda = run.cuda if run.cuda is not None else target.cuda
+        target.restarts += run.restarts
+        target.wall_s = max(target.wall_s, run.wall_s)
+        if run.startup_failure:
+            target.files += run.files
+            target.startup_failure = run.startup_failure
+    for run in merged.values():
+        run.outcomes = dict(sorted(run.outcomes.items(), key=lambda item: item[0].split("::", 1)[0]))
+    return list(merged.values())

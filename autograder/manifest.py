@@ -1,0 +1,118 @@
+"""The points manifest (autograder/manifest.toml): problems, their points, and which tests grade them.
+
+Read by the grader and by the selftests that check the handout's points table. A test belongs
+to a problem by its file name, ``test_<problem>*.py``; when several problem names match (say
+``flash_forward`` and ``flash_forward_triton``), the longest one wins.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST_PATH = Path(__file__).resolve().parent / "manifest.toml"
+
+
+class ManifestError(ValueError):
+    """The manifest is malformed, or a test file maps to no problem."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One graded problem of the handout."""
+
+    name: str
+    section: str
+    points: float
+    files: tuple[str, ...]
+    weights: tuple[tuple[str, float], ...] = ()
+
+    def weight_of(self, test_key: str) -> float:
+        """Weight of the test ``"<file name>::<test name>"``: the first matching pattern, else 1."""
+        for pattern, weight in self.weights:
+            if fnmatch.fnmatchcase(test_key, pattern):
+                return weight
+        return 1.0
+
+
+@dataclass(frozen=True)
+class GradingSettings:
+    """Limits and display choices from the manifest's [grading] table."""
+
+    test_timeout_s: float = 120.0
+    total_timeout_s: float = 1500.0
+    crash_streak_limit: int = 3
+    restart_limit: int = 25
+    hidden_visibility: str = "visible"
+    hidden_output_chars: int = 600
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Problems in handout order, plus the grading settings."""
+
+    problems: tuple[Problem, ...]
+    settings: GradingSettings = field(default_factory=GradingSettings)
+
+    @property
+    def by_name(self) -> dict[str, Problem]:
+        return {problem.name: problem for problem in self.problems}
+
+    @property
+    def total_points(self) -> float:
+        return sum(problem.points for problem in self.problems)
+
+    def problem_of_file(self, file_name: str) -> Problem | None:
+        """The problem graded by the test file ``file_name`` (a base name), or None."""
+        stem = Path(file_name).name
+        if not (stem.startswith("test_") and stem.endswith(".py")):
+            return None
+        rest = stem[len("test_") : -len(".py")]
+        best = None
+        for problem in self.problems:
+            if rest == problem.name or rest.startswith(problem.name + "_"):
+                if best is None or len(problem.name) > len(best.name):
+                    best = problem
+        return best
+
+
+_VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
+
+
+def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
+    """Parse ``path``; raise ManifestError naming the key when something is missing or wrong."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ManifestError(f"cannot read the points manifest {path}: {error}") from error
+    grading = data.get("grading", {})
+    known = GradingSettings.__dataclass_fields__
+    unknown = sorted(set(grading) - set(known))
+    if unknown:
+        raise ManifestError(f"{path}: unknown [grading] keys {unknown}; known: {sorted(known)}")
+    settings = GradingSettings(**grading)
+    if settings.hidden_visibility not in _VISIBILITIES:
+        raise ManifestError(
+            f"{path}: [grading] hidden_visibility must be one of {sorted(_VISIBILITIES)}; "
+            f"got {settings.hidden_visibility!r}"
+        )
+    problems = []
+    for name, entry in data.get("problems", {}).items():
+        for key in ("section", "points"):
+            if key not in entry:
+                raise ManifestError(f"{path}: [problems.{name}] has no {key!r}")
+        weights = tuple((str(k), float(v)) for k, v in entry.get("weights", {}).items())
+        problems.append(
+            Problem(
+                name=name,
+                section=str(entry["section"]),
+                points=float(entry["points"]),
+                files=tuple(entry.get("files", ())),
+                weights=weights,
+            )
+        )
+    if not problems:
+        raise ManifestError(f"{path}: no [problems.*] tables")
+    return Manifest(problems=tuple(problems), settings=settings)

@@ -1,0 +1,76 @@
+"""Signed records from the test process to the grader: what ran, and how it ended.
+
+Read by the grader's runner (which verifies) and its pytest plugin (which signs). The test
+process gets a fresh secret key per run through a pipe it reads and closes before any student
+code is imported, and signs each line with it; the runner drops a run whose records are out
+of sequence or wrongly signed. A file the student can write, or a line it prints, is never
+taken as a result.
+
+A record is one line: ``<json payload>\\t<hex HMAC-SHA256 of "<seq>:<json payload>">``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+
+KEY_BYTES = 32
+
+
+class ForgedRecord(ValueError):
+    """A record whose signature or sequence number is wrong."""
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def _mac(key: bytes, seq: int, payload: str) -> str:
+    return hmac.new(key, f"{seq}:{payload}".encode(), hashlib.sha256).hexdigest()
+
+
+class Signer:
+    """Writes signed records to a file descriptor (the test-process side)."""
+
+    def __init__(self, key: bytes, fd: int):
+        self._key = key
+        self._fd = fd
+        self._seq = 0
+
+    def send(self, record: dict) -> None:
+        payload = json.dumps(record, separators=(",", ":"), default=str)
+        line = f"{payload}\t{_mac(self._key, self._seq, payload)}\n".encode()
+        self._seq += 1
+        view = memoryview(line)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+
+class Verifier:
+    """Checks records line by line, in order (the grader side)."""
+
+    def __init__(self, key: bytes):
+        self._key = key
+        self._seq = 0
+
+    def verify(self, line: bytes) -> dict:
+        """Return the record of one line (without its newline); raise ForgedRecord if it is not ours."""
+        try:
+            text = line.decode()
+            payload, mac = text.rsplit("\t", 1)
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ForgedRecord(f"unreadable record {line[:80]!r}") from error
+        if not hmac.compare_digest(mac, _mac(self._key, self._seq, payload)):
+            raise ForgedRecord(f"record {self._seq} has a wrong signature")
+        self._seq += 1
+        try:
+            record = json.loads(payload)
+        except json.JSONDecodeError as error:
+            raise ForgedRecord(f"record {self._seq - 1} is not JSON") from error
+        if not isinstance(record, dict) or "type" not in record:
+            raise ForgedRecord(f"record {self._seq - 1} has no type")
+        return record

@@ -1,0 +1,416 @@
+"""Run one test suite against a sandboxed submission in separate pytest processes, and survive it.
+
+Read by staff changing how tests are run. The grader (autograder/grade.py) calls
+``run_suite`` once per suite (visible ``tests/``, hidden ``autograder/hidden_tests/``). It
+starts ``autograder/sandboxed_pytest.py`` with a clean environment and reads the signed
+records of autograder/pytest_plugin.py from a pipe, under a watchdog:
+
+- a test that runs past its time limit is killed with its whole process group;
+- a process that dies (segfault, ``os._exit``, OOM killer, ``pytest.exit``) fails the test it
+  was running, with the last lines it printed;
+- a process that sends a forged record, or after whose test the harness was patched, fails
+  that test;
+and in each case a new process runs the tests that have no verdict yet, so one crash costs one
+test. After ``crash_streak_limit`` such failures in a row in one problem, that problem's
+remaining tests are failed without running, and after ``restart_limit`` restarts, or past the
+grade's deadline, every remaining test is; so every test always gets a verdict in bounded time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from autograder.protocol import ForgedRecord, Verifier, new_key
+
+KIT = Path(__file__).resolve().parent.parent
+PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
+STARTUP_TIMEOUT_S = 300.0
+_MAX_LINE = 1 << 20
+_PASSED_THROUGH = ("CUDA_", "NVIDIA_", "TRITON_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass
+class Verdict:
+    """The verdict on one test: status is "passed", "failed" or "not_graded" (needs a GPU)."""
+
+    nodeid: str
+    status: str
+    message: str = ""
+    text: str = ""
+    duration: float = 0.0
+    gpu: bool = False
+
+
+@dataclass
+class SuiteSpec:
+    """What to run: a suite's test files, and how."""
+
+    name: str
+    files: list[Path]
+    sandbox: Path
+    workdir: Path
+    private_dir: Path
+    problem_of: Callable[[str], str]
+    test_timeout_s: float
+    deadline: float
+    crash_streak_limit: int = 3
+    restart_limit: int = 25
+    keyword: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    sweep_uid: bool = False
+    threads: int = 1
+    on_result: Callable[[str, Verdict], None] = lambda suite, outcome: None
+    on_note: Callable[[str, str], None] = lambda suite, note: None
+    kit: Path = KIT
+    shard: int = 0
+
+
+@dataclass
+class SuiteRun:
+    """What came back: verdicts in collection order, collection errors, and run facts."""
+
+    name: str
+    outcomes: dict[str, Verdict] = field(default_factory=dict)
+    collect_errors: list[tuple[str, str]] = field(default_factory=list)
+    cuda: bool | None = None
+    restarts: int = 0
+    wall_s: float = 0.0
+    startup_failure: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+# -- the child process -----------------------------------------------------------------
+
+
+def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
+    """A clean environment: nothing of the grader's own, caches in the sandbox's work dir."""
+    work = spec.workdir
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(work / "home"),
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        "TMPDIR": str(work / "tmp"),
+        "XDG_CACHE_HOME": str(work / "cache"),
+        "TRITON_CACHE_DIR": str(work / "cache" / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
+        "MPLCONFIGDIR": str(work / "cache" / "matplotlib"),
+        "MPLBACKEND": "Agg",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "OMP_NUM_THREADS": str(spec.threads),
+        "CS336_GRADER_RUN": run_id,
+    }
+    env["TRITON_HOME"] = env["HOME"]
+    for name, value in os.environ.items():
+        if name in env or not name.startswith(_PASSED_THROUGH):
+            continue
+        if name.startswith("TRITON_") and (name.endswith("_DIR") or name == "TRITON_HOME"):
+            continue  # Triton's caches and dumps stay inside the sandbox
+        env[name] = value
+    return env
+
+
+def pytest_args(spec: SuiteSpec, files: list[Path]) -> list[str]:
+    args = [
+        "-c", str(PYTEST_CONFIG),
+        "--rootdir", str(spec.kit),
+        "--confcutdir", str(spec.kit),
+        "-p", "no:cacheprovider",
+        "-p", "_hypothesis_pytestplugin",
+        "-q", "--no-header", "-rN", "--tb=short",
+        "--continue-on-collection-errors",
+        "--basetemp", str(spec.workdir / "pytest-tmp"),
+        "-o", f"faulthandler_timeout={max(1.0, spec.test_timeout_s - 1.5):.1f}",
+        "--submission", str(spec.sandbox),
+    ]
+    if spec.keyword:
+        args += ["-k", spec.keyword]
+    return args + [str(path) for path in files]
+
+
+class _Child:
+    """One pytest process and the verified records it sends."""
+
+    def __init__(self, spec: SuiteSpec, files: list[Path], run_only: list[str] | None, index: int):
+        key = new_key()
+        self.verifier = Verifier(key)
+        key_read, key_write = os.pipe()
+        self.record_read, record_write = os.pipe()
+        self.run_id = os.urandom(8).hex()
+        run_only_arg = "-"
+        if run_only is not None:
+            path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.json"
+            path.write_text(json.dumps(run_only))
+            run_only_arg = str(path)
+        self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
+        log = open(self.log_path, "wb")
+        command = [
+            sys.executable, "-I", "-B", str(Path(__file__).resolve().parent / "sandboxed_pytest.py"),
+            str(spec.kit), str(key_read), str(record_write), run_only_arg,
+            "-" if spec.uid is None else str(spec.uid), "-" if spec.gid is None else str(spec.gid),
+            "--", *pytest_args(spec, files),
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=spec.workdir,
+            env=child_env(spec, self.run_id),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(key_read, record_write),
+            start_new_session=True,
+        )
+        log.close()
+        os.close(key_read)
+        os.close(record_write)
+        os.write(key_write, key)
+        os.close(key_write)
+        self.buffer = b""
+        self.eof = False
+        self.spec = spec
+
+    def records(self, timeout: float):
+        """Verified records that arrive within ``timeout`` seconds (raises ForgedRecord)."""
+        if self.eof:
+            return []
+        ready, _, _ = select.select([self.record_read], [], [], max(0.0, timeout))
+        if not ready:
+            return []
+        chunk = os.read(self.record_read, 1 << 16)
+        if not chunk:
+            self.eof = True
+            chunk = b"\n" if self.buffer else b""
+        self.buffer += chunk
+        if len(self.buffer) > _MAX_LINE and b"\n" not in self.buffer:
+            raise ForgedRecord("a record line longer than 1 MiB")
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [self.verifier.verify(line) for line in lines if line]
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        _sweep(self.run_id, self.spec.uid if self.spec.sweep_uid else None)
+
+    def finish(self) -> int:
+        """Wait for the process to end (it closed its pipe), then clean up; return its exit status."""
+        try:
+            status = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            status = self.process.returncode
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # leftovers of the group
+        except (ProcessLookupError, PermissionError):
+            pass
+        _sweep(self.run_id, self.spec.uid if self.spec.sweep_uid else None)
+        os.close(self.record_read)
+        return status
+
+    def output_tail(self, lines: int = 20) -> str:
+        """The end of what the process printed; for a crash, Python's fatal-error report, our frames first."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(max(0, os.path.getsize(self.log_path) - 65536))
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+        all_lines = text.rstrip().splitlines()
+        for marker in ("Fatal Python error", "Timeout ("):
+            starts = [i for i, line in enumerate(all_lines) if marker in line]
+            if starts:
+                report = all_lines[starts[-1]:]
+                report[0] = report[0][report[0].index(marker):]
+                library = ("/site-packages/", "/lib/python3", "<frozen ")
+                kept = [line for line in report if not any(part in line for part in library)]
+                return "\n".join(kept[:lines])
+        return "\n".join(all_lines[-lines:])
+
+
+def _sweep(run_id: str, uid: int | None) -> None:
+    """Kill what a test process left running: by our run marker, and by the sandbox uid."""
+    marker = f"CS336_GRADER_RUN={run_id}".encode()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if uid is not None and os.stat(f"/proc/{entry}").st_uid == uid:
+                os.kill(int(entry), signal.SIGKILL)
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if marker in handle.read().split(b"\0"):
+                    os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def describe_exit(status: int | None) -> str:
+    if status is None:
+        return "was killed"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        hint = {"SIGSEGV": " (segmentation fault)", "SIGKILL": " (killed, often for using too much memory)",
+                "SIGABRT": " (aborted)", "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
+        return f"died with {name}{hint}"
+    return f"exited with status {status} (the code called sys.exit or os._exit, or Python aborted)"
+
+
+# -- the watchdog loop -----------------------------------------------------------------
+
+
+def run_suite(spec: SuiteSpec) -> SuiteRun:
+    """Run every test of ``spec.files``; every collected test gets a verdict (see the module docstring)."""
+    result = SuiteRun(spec.name, files=[path.relative_to(spec.kit).as_posix() for path in spec.files])
+    started = time.monotonic()
+    pending: list[str] | None = None
+    gpu: dict[str, bool] = {}
+    streak: dict[str, int] = defaultdict(int)
+    index = 0
+
+    def settle(nodeid: str, outcome: Verdict, crash: bool) -> None:
+        outcome.gpu = gpu.get(nodeid, False)
+        result.outcomes[nodeid] = outcome
+        if pending is not None and nodeid in pending:
+            pending.remove(nodeid)
+        spec.on_result(spec.name, outcome)
+        problem = spec.problem_of(nodeid)
+        streak[problem] = streak[problem] + 1 if crash else 0
+        if crash and streak[problem] >= spec.crash_streak_limit:
+            for other in [n for n in (pending or []) if spec.problem_of(n) == problem]:
+                settle(other, Verdict(other, "failed", (
+                    f"not run: {streak[problem]} tests of {problem} in a row crashed, hung or tampered "
+                    "with the harness, so its remaining tests were failed without running; fix those first")),
+                    crash=False)
+
+    def fail_all(message: str) -> None:
+        for nodeid in list(pending or []):
+            settle(nodeid, Verdict(nodeid, "failed", message), crash=False)
+
+    while True:
+        if pending is not None and not pending:
+            break
+        if time.monotonic() >= spec.deadline:
+            fail_all("not run: the grading time limit ran out before this test started")
+            break
+        if result.restarts > spec.restart_limit:
+            fail_all(f"not run: the test process was restarted {spec.restart_limit} times "
+                     "(crashes, hangs or tampering); remaining tests are failed")
+            break
+        files = spec.files
+        if pending is not None:
+            wanted = {nodeid.split("::", 1)[0] for nodeid in pending}
+            files = [path for path in spec.files if path.relative_to(spec.kit).as_posix() in wanted]
+        child = _Child(spec, files, pending, index)
+        index += 1
+        current: str | None = None
+        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        collected = pending is not None
+        progress = False
+        problem_text: str | None = None  # why this process was killed, if it was
+        try:
+            while not child.eof:
+                now = time.monotonic()
+                limit = min(test_deadline, spec.deadline)
+                if now >= limit:
+                    if current is None and not collected:
+                        problem_text = f"the test process did not finish collecting within {STARTUP_TIMEOUT_S:.0f} s"
+                    elif now >= spec.deadline:
+                        problem_text = "the grading time limit ran out while this test was running"
+                    else:
+                        problem_text = f"timed out: still running after {spec.test_timeout_s:.0f} s"
+                    child.kill()
+                    break
+                for record in child.records(min(1.0, limit - now)):
+                    kind = record["type"]
+                    if kind == "collect_error":
+                        result.collect_errors.append((record["nodeid"], record.get("message", "")))
+                    elif kind == "collected":
+                        result.cuda = record.get("cuda")
+                        if pending is None:
+                            pending = [item["nodeid"] for item in record["items"]]
+                            gpu.update({item["nodeid"]: bool(item["gpu"]) for item in record["items"]})
+                        collected = True
+                        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
+                    elif kind == "start":
+                        current = record["nodeid"]
+                        test_deadline = time.monotonic() + spec.test_timeout_s
+                    elif kind == "result":
+                        nodeid = record["nodeid"]
+                        if pending is None or nodeid not in pending:
+                            continue
+                        progress = True
+                        current = None
+                        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
+                        settle(nodeid, _outcome(record, gpu.get(nodeid, False), result.cuda),
+                               crash=record["outcome"] == "tampered")
+                        if record["outcome"] == "tampered":
+                            spec.on_note(spec.name, f"harness patched during {nodeid}; restarting the test process")
+                            child.kill()
+                            child.eof = True
+                            break
+        except ForgedRecord as error:
+            child.kill()
+            problem_text = f"the test process sent a forged result record ({error})"
+        status = child.finish()
+        if problem_text is None and current is not None:
+            problem_text = f"the test process {describe_exit(status)} during this test"
+        if pending is None:
+            result.startup_failure = (
+                f"{problem_text or 'the test process ' + describe_exit(status) + ' before collecting the tests'}"
+                f"\n{child.output_tail()}"
+            )
+            break
+        if current is not None and current in pending:
+            tail = child.output_tail()
+            message = problem_text + ("; its last output:\n" + tail if tail else "")
+            settle(current, Verdict(current, "failed", message.strip()), crash=True)
+            progress = True
+        elif problem_text is not None and not progress:
+            fail_all(f"not run: {problem_text}")
+            break
+        if pending and not progress:
+            fail_all(f"not run: the test process {describe_exit(status)} without running this test\n"
+                     f"{child.output_tail()}")
+            break
+        if pending:
+            result.restarts += 1
+            spec.on_note(spec.name, f"restarting the test process for {len(pending)} remaining test(s)")
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def _outcome(record: dict, gpu: bool, cuda: bool | None) -> Verdict:
+    nodeid = record["nodeid"]
+    duration = float(record.get("duration", 0.0))
+    kind = record["outcome"]
+    if kind == "passed":
+        return Verdict(nodeid, "passed", duration=duration)
+    if kind == "tampered":
+        return Verdict(nodeid, "failed", "the test harness was patched while this test ran: "
+                           + record.get("message", "") + ". Tests must not be modified by submitted code.",
+                           duration=duration)
+    if kind == "skipped" and gpu and not cuda:
+        return Verdict(nodeid, "not_graded", "not graded on this runner: this test needs a CUDA GPU, and "
+                           "this grader has none; it is graded on a GPU runner", duration=duration)
+    if kind == "skipped":
+        return Verdict(nodeid, "failed", f"skipped ({record.get('message', '')}); a skipped test earns no points",
+                           duration=duration)
+    return Verdict(nodeid, "failed", record.get("message", ""), record.get("text", ""), duration=duration)

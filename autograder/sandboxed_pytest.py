@@ -1,0 +1,39 @@
+"""The program the grader starts for each test run: pytest plus the grader's plugin.
+
+Started by autograder/runner.py as ``python -I -B sandboxed_pytest.py KIT KEY_FD RECORD_FD
+RUN_ONLY UID GID -- PYTEST_ARGS...`` (RUN_ONLY, UID and GID are "-" when unused). ``-I``
+keeps PYTHONPATH, user site-packages and the current directory off ``sys.path``; the kit
+root is put there explicitly (and the grader's own root after it, when a selftest grades
+against a toy kit), so that ``tests``, ``conftest`` and ``autograder`` are always the kit's
+own, never files from the submission.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    kit, key_fd, record_fd, run_only, uid, gid, separator, *pytest_args = argv
+    if separator != "--":
+        raise SystemExit("usage: sandboxed_pytest.py KIT KEY_FD RECORD_FD RUN_ONLY UID GID -- PYTEST_ARGS...")
+    grader_root = str(Path(__file__).resolve().parent.parent)
+    sys.path[:0] = [kit] if kit == grader_root else [kit, grader_root]
+
+    import pytest
+
+    from autograder.pytest_plugin import GraderPlugin, load_run_only
+
+    plugin = GraderPlugin(
+        key_fd=int(key_fd),
+        record_fd=int(record_fd),
+        run_only=load_run_only(None if run_only == "-" else run_only),
+        sandbox_uid=None if uid == "-" else int(uid),
+        sandbox_gid=None if gid == "-" else int(gid),
+    )
+    return int(pytest.main(pytest_args, plugins=[plugin]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
