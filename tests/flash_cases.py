@@ -1,0 +1,230 @@
+"""One FlashAttention-2 test case: its inputs, how to rerun it, and the checks every test makes.
+
+Read by the visible tests (tests/test_flash_*.py) and the hidden tests. A ``FlashCase`` is a
+frozen description (batch, n_queries, n_keys, d, dtype, is_causal, memory layout, seed); from
+it come the inputs, a one-line repro that every failure message carries, and the truth. To
+rerun a failing case yourself, in a Python shell at the repo root:
+
+    import torch
+    from tests.flash_cases import FlashCase
+    case = FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True,
+                     layout="sliced", seed=3)
+    Q, K, V = case.make_inputs()
+    O = FlashAttentionTriton.apply(Q, K, V, True)
+
+Checks live here so that every test reports the same way: ``check_forward`` (O, the saved
+logsumexp L) and ``check_backward`` (dQ, dK, dV), each compared with tests/flash_reference.py
+under the tolerances of tests/flash_tolerances.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from tests.assertions import assert_close, assert_meta
+from tests.flash_reference import AttentionResult, attention_chunked, attention_float64
+from tests.flash_tolerances import tolerance
+
+LAYOUTS = ("contiguous", "transposed", "sliced", "mixed")
+HEAD_DIMS = (16, 32, 64, 128)
+# Above this many score elements (batch * n_queries * n_keys) the truth is computed in float32
+# chunks instead of one float64 matrix.
+FLOAT64_REFERENCE_LIMIT = 2**25
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _lay_out(values: torch.Tensor, layout: str) -> torch.Tensor:
+    """Return a tensor equal to ``values`` (batch, n, d) stored in the given memory layout.
+
+    contiguous: as is. transposed: a (batch, d, n) tensor viewed as (batch, n, d), so the last
+    dimension has stride n. sliced: every other row of a wider tensor, starting 8 elements in,
+    so no stride is what a contiguous tensor would have and the data does not start at offset 0.
+    """
+    batch, n, d = values.shape
+    if layout == "contiguous":
+        return values.contiguous()
+    if layout == "transposed":
+        return values.transpose(1, 2).contiguous().transpose(1, 2)  # strides (n*d, 1, n)
+    if layout == "sliced":
+        wide = torch.zeros(batch, 2 * n, d + 16, dtype=values.dtype, device=values.device)
+        view = wide[:, ::2, 8 : 8 + d]  # strides (2n(d+16), 2(d+16), 1), offset 8
+        view.copy_(values)
+        return view
+    raise ValueError(f"unknown layout {layout!r}; use one of {LAYOUTS}")
+
+
+@dataclass(frozen=True)
+class FlashCase:
+    """One FlashAttention-2 call: shapes, dtype, masking, memory layout and random seed.
+
+    ``layout`` is one of LAYOUTS and applies to Q, K, V and dO ("mixed": Q sliced, K transposed,
+    V contiguous, dO transposed). ``q_scale`` multiplies Q: small values flatten the softmax,
+    large values sharpen it.
+    """
+
+    batch: int
+    n_queries: int
+    n_keys: int
+    d: int
+    dtype: torch.dtype = torch.float32
+    is_causal: bool = False
+    layout: str = "contiguous"
+    seed: int = 0
+    device: str = "cpu"
+    q_scale: float = 1.0
+
+    def replace(self, **changes) -> FlashCase:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        extra = "" if self.q_scale == 1.0 else f", q_scale={self.q_scale}"
+        return (
+            f"batch={self.batch}, n_queries={self.n_queries}, n_keys={self.n_keys}, d={self.d}, "
+            f"dtype={_dtype_name(self.dtype)}, is_causal={self.is_causal}, layout={self.layout}, "
+            f"seed={self.seed}, device={self.device}{extra}"
+        )
+
+    def repro(self, function_name: str) -> str:
+        """One line a student can rerun: the call and the case that builds its inputs."""
+        return (
+            f"{function_name}.apply(Q, K, V, {self.is_causal}) with Q, K, V = "
+            f"FlashCase(batch={self.batch}, n_queries={self.n_queries}, n_keys={self.n_keys}, "
+            f"d={self.d}, dtype=torch.{_dtype_name(self.dtype)}, is_causal={self.is_causal}, "
+            f"layout={self.layout!r}, seed={self.seed}, device={self.device!r}"
+            + ("" if self.q_scale == 1.0 else f", q_scale={self.q_scale}")
+            + ").make_inputs()  (tests/flash_cases.py)"
+        )
+
+    def _layouts(self) -> tuple[str, str, str, str]:
+        if self.layout == "mixed":
+            return ("sliced", "transposed", "contiguous", "transposed")
+        return (self.layout,) * 4
+
+    def make_inputs(self, requires_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q (batch, n_queries, d), K and V (batch, n_keys, d): standard normal, in ``dtype``.
+
+        Drawn on the CPU from ``seed`` (so every device sees the same values), then moved to
+        ``device`` and laid out as ``layout`` says. With ``requires_grad`` each tensor is a leaf
+        that requires grad, or a view of one.
+        """
+        generator = torch.Generator().manual_seed(self.seed)
+        q = torch.randn(self.batch, self.n_queries, self.d, generator=generator) * self.q_scale
+        k = torch.randn(self.batch, self.n_keys, self.d, generator=generator)
+        v = torch.randn(self.batch, self.n_keys, self.d, generator=generator)
+        tensors = []
+        for values, layout in zip((q, k, v), self._layouts()[:3]):
+            values = values.to(device=self.device, dtype=self.dtype)
+            if requires_grad and layout == "sliced":
+                base = _lay_out(values, layout)._base.requires_grad_(True)
+                tensors.append(base[:, ::2, 8 : 8 + self.d])
+            elif requires_grad and layout == "transposed":
+                leaf = values.transpose(1, 2).contiguous().requires_grad_(True)
+                tensors.append(leaf.transpose(1, 2))
+            else:
+                tensors.append(_lay_out(values, layout).requires_grad_(requires_grad))
+        return tensors[0], tensors[1], tensors[2]
+
+    def make_grad_output(self) -> torch.Tensor:
+        """dO (batch, n_queries, d): standard normal from a seed derived from ``seed``, in ``dtype``."""
+        generator = torch.Generator().manual_seed(self.seed + 1_000_003)
+        values = torch.randn(self.batch, self.n_queries, self.d, generator=generator)
+        return _lay_out(values.to(device=self.device, dtype=self.dtype), self._layouts()[3])
+
+    def truth(self, Q, K, V, dO=None) -> AttentionResult:
+        """The reference result for these inputs: float64, or float32 chunks for huge shapes."""
+        if self.batch * self.n_queries * self.n_keys <= FLOAT64_REFERENCE_LIMIT:
+            return attention_float64(Q, K, V, self.is_causal, dO)
+        return attention_chunked(Q, K, V, self.is_causal, dO)
+
+
+def saved_tensors(O: torch.Tensor, context: str) -> tuple[torch.Tensor, ...]:
+    """The tensors the forward saved for the backward, read through the autograd graph."""
+    if O.grad_fn is None:
+        raise AssertionError(
+            f"the output O has no grad_fn [{context}]: the inputs required grad, so O must come from "
+            "your autograd.Function's apply (do not detach it or build it with torch.no_grad)"
+        )
+    try:
+        return tuple(O.grad_fn.saved_tensors)
+    except RuntimeError as error:  # freed by an earlier backward
+        raise AssertionError(f"could not read the saved tensors of O's grad_fn [{context}]: {error}") from error
+
+
+def saved_logsumexp(O: torch.Tensor, batch: int, n_queries: int, context: str) -> torch.Tensor:
+    """The one saved tensor of shape (batch, n_queries): the logsumexp L. Fails unless exactly one."""
+    saved = saved_tensors(O, context)
+    candidates = [t for t in saved if tuple(t.shape) == (batch, n_queries)]
+    if len(candidates) != 1:
+        shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in saved) or "nothing"
+        raise AssertionError(
+            f"expected exactly one saved tensor of shape (batch, n_queries) = {(batch, n_queries)}, "
+            f"the logsumexp L; found {len(candidates)} [{context}]. Saved: {shapes}. "
+            "Call ctx.save_for_backward(..., L, ...) with L of shape (batch, n_queries) in float32."
+        )
+    return candidates[0]
+
+
+def check_forward(function: type[torch.autograd.Function], case: FlashCase) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``function.apply`` on ``case``; check O (shape, dtype, values) and the saved L; return both.
+
+    L must be float32 of shape (batch, n_queries) and equal the natural-log logsumexp of the
+    scaled (and masked) scores. Fails with the repro line of the case in every message.
+    """
+    context = case.repro(function.__name__)
+    Q, K, V = case.make_inputs(requires_grad=True)
+    O = function.apply(Q, K, V, case.is_causal)
+    assert_meta(O, shape=tuple(Q.shape), dtype=case.dtype, what="O", context=context)
+    L = saved_logsumexp(O, case.batch, case.n_queries, context)
+    assert_meta(L, shape=(case.batch, case.n_queries), dtype=torch.float32, what="saved logsumexp L", context=context)
+    truth = case.truth(Q, K, V)
+    assert_close(O, truth.O, **tolerance(case.dtype, "O"), what="O", context=context)
+    assert_close(L, truth.L, **tolerance(case.dtype, "L"), what="saved logsumexp L", context=context)
+    return O, L
+
+
+def check_backward(
+    function: type[torch.autograd.Function], case: FlashCase
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run forward and backward (with a random dO) on ``case``; check dQ, dK, dV; return them."""
+    context = case.repro(function.__name__) + ", then backward with dO = case.make_grad_output()"
+    Q, K, V = case.make_inputs(requires_grad=True)
+    dO = case.make_grad_output()
+    O = function.apply(Q, K, V, case.is_causal)
+    grads = torch.autograd.grad(O, (Q, K, V), dO)
+    truth = case.truth(Q, K, V, dO)
+    for name, grad, expected, like in zip(("dQ", "dK", "dV"), grads, truth[2:], (Q, K, V)):
+        assert_meta(grad, shape=tuple(like.shape), dtype=case.dtype, what=name, context=context)
+        assert_close(grad, expected, **tolerance(case.dtype, name), what=name, context=context)
+    return grads
+
+
+@st.composite
+def flash_case_strategy(
+    draw,
+    *,
+    dtypes: tuple[torch.dtype, ...],
+    max_batch: int,
+    max_tokens: int,
+    device: str,
+) -> FlashCase:
+    """Hypothesis strategy: any batch, n_queries, n_keys (1..max_tokens, not only powers of two),
+    d in HEAD_DIMS, a dtype from ``dtypes``, causal or not, any layout, any seed."""
+    return FlashCase(
+        batch=draw(st.integers(1, max_batch)),
+        n_queries=draw(st.integers(1, max_tokens)),
+        n_keys=draw(st.integers(1, max_tokens)),
+        d=draw(st.sampled_from(HEAD_DIMS)),
+        dtype=draw(st.sampled_from(dtypes)),
+        is_causal=draw(st.booleans()),
+        layout=draw(st.sampled_from(LAYOUTS)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+        device=device,
+    )

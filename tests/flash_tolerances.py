@@ -1,0 +1,82 @@
+"""How close a FlashAttention-2 result must be to the float64 truth, per dtype and quantity.
+
+Read by tests/flash_cases.py (every FlashAttention-2 check) and by TAs who wonder why a number
+is what it is. A result passes where ``|actual - expected| <= atol + rtol * |expected|``.
+
+Every number below comes from a measurement, rerun with
+
+    .venv/bin/python -m autograder.tools.measure_tolerances --submission reference \
+        --submission emulated --submission autograder/fixtures/mutants/base --cases 100
+
+which runs 100 random cases per (Function, dtype): batch 1-3, n_queries and n_keys 1-160,
+d in {16, 32, 64, 128}, causal or not, every memory layout, Q scaled by 0.1, 1 or 2, with a
+random dO. The "needed" numbers are the smallest t with atol = rtol = t that passes every case.
+``emulated`` is a stand-in for a GPU kernel that feeds tensor cores: every matmul operand
+rounded to the input dtype (to tf32 for float32, the default of ``tl.dot``), float32
+accumulation; it bounds what a correct kernel that does not upcast loses on a GPU.
+
+Measured on the CPU stack (torch 2.13, triton 3.6 interpreter), max over 100 cases:
+
+| dtype    | source                 | O       | L (abs) | dQ      | dK      | dV      |
+| -------- | ---------------------- | ------- | ------- | ------- | ------- | ------- |
+| float32  | emulated (tf32 dots)   | 2.0e-03 | 2.4e-03 | 2.3e-03 | 7.4e-03 | 3.7e-03 |
+| float32  | base PyTorch           | 1.6e-06 | 3.0e-06 | 1.8e-06 | 6.2e-06 | 2.4e-06 |
+| float16  | emulated               | 5.6e-04 | 2.7e-06 | 1.6e-03 | 4.1e-03 | 1.7e-03 |
+| float16  | base PyTorch           | 3.1e-04 | 2.7e-06 | 1.4e-03 | 3.3e-03 | 4.2e-04 |
+| bfloat16 | emulated               | 4.4e-03 | 1.2e-06 | 1.6e-02 | 3.0e-02 | 1.5e-02 |
+| bfloat16 | base PyTorch           | 2.6e-03 | 1.0e-06 | 9.2e-03 | 2.5e-02 | 3.2e-03 |
+
+(Triton rows: see TRITON_MEASURED below.) Each tolerance is about 2.5 to 4 times the worst
+measured error, rounded up to a 1-2-5 step. Why the rows look as they do:
+
+- float32 allows tf32: ``tl.dot`` on float32 uses tf32 by default, which rounds Q and K to 10
+  mantissa bits, so float32 is as loose as float16 (looser for L: float16 inputs reach the dot
+  unrounded). Every CS336 float32 solution uses the default, and they must keep passing.
+- L is compared with an absolute tolerance only (an error in L is a relative error in the
+  softmax denominator). For float16 and bfloat16 inputs it is tight: products of two 16-bit
+  numbers are exact in float32, so a kernel that accumulates QK^T in float32 (tl.dot does;
+  in PyTorch, upcast the tiles first) gets L right to about 1e-6. A kernel that rounds scores,
+  the running max or the running sum to 16 bits is off by 1e-3 to 1e-1 and fails, as it should.
+- dK has the largest errors: each element sums n_queries terms that cancel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+QUANTITIES = ("O", "L", "dQ", "dK", "dV")
+
+# {dtype: {quantity: (atol, rtol)}}
+TOLERANCES: dict[torch.dtype, dict[str, tuple[float, float]]] = {
+    torch.float32: {
+        "O": (5e-3, 5e-3),  # tf32 emulated 2.0e-3
+        "L": (1e-2, 0.0),  # tf32 emulated 2.4e-3 abs
+        "dQ": (1e-2, 1e-2),  # tf32 emulated 2.3e-3
+        "dK": (2e-2, 2e-2),  # tf32 emulated 7.4e-3
+        "dV": (1e-2, 1e-2),  # tf32 emulated 3.7e-3
+    },
+    torch.float16: {
+        "O": (2e-3, 2e-3),  # emulated 5.6e-4
+        "L": (5e-4, 0.0),  # 2.7e-6 abs: float32 scores from exact float16 products
+        "dQ": (5e-3, 5e-3),  # emulated 1.6e-3
+        "dK": (1e-2, 1e-2),  # emulated 4.1e-3
+        "dV": (5e-3, 5e-3),  # emulated 1.7e-3
+    },
+    torch.bfloat16: {
+        "O": (1.5e-2, 1.5e-2),  # emulated 4.4e-3
+        "L": (5e-4, 0.0),  # 1.2e-6 abs: float32 scores from exact bfloat16 products
+        "dQ": (5e-2, 5e-2),  # emulated 1.6e-2
+        "dK": (1e-1, 1e-1),  # emulated 3.0e-2
+        "dV": (5e-2, 5e-2),  # emulated 1.5e-2
+    },
+}
+
+
+def tolerance(dtype: torch.dtype, quantity: str) -> dict[str, float]:
+    """``{"atol": ..., "rtol": ...}`` for comparing ``quantity`` (one of QUANTITIES) of a ``dtype`` run."""
+    if dtype not in TOLERANCES:
+        raise ValueError(f"no FlashAttention-2 tolerance for dtype {dtype}; use one of {list(TOLERANCES)}")
+    if quantity not in QUANTITIES:
+        raise ValueError(f"unknown quantity {quantity!r}; use one of {QUANTITIES}")
+    atol, rtol = TOLERANCES[dtype][quantity]
+    return {"atol": atol, "rtol": rtol}
