@@ -1,0 +1,103 @@
+"""The grader survives crashing, hanging, exiting and cheating code, and still grades the rest.
+
+Runs the real grader on the toy kit (autograder/selftests/toy_kit.py) against a submission
+whose functions misbehave on purpose; every other test of the same process must still get
+its honest verdict, and results.json must stay valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder.grade import GradeOptions, grade
+from autograder.selftests.gradescope_schema import problems_with
+from autograder.selftests.toy_kit import build_toy_kit
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "setresuid"), reason="the grader needs a POSIX system")
+
+
+@pytest.fixture(scope="module")
+def toy_grade():
+    root = Path(tempfile.mkdtemp(prefix="toy-kit-"))
+    root.chmod(0o755)  # like a real kit: readable by the sandbox user
+    try:
+        kit, submission, manifest = build_toy_kit(root)
+        report = grade(GradeOptions(submission=submission, out=root / "out", kit=kit, manifest=manifest,
+                                    quiet=True, jobs=2))
+        written = json.loads((root / "out" / "results.json").read_text())
+        yield report, written
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _by_test(results: dict) -> dict[str, dict]:
+    return {entry["name"].rsplit("::", 1)[1]: entry for entry in results["tests"]}
+
+
+def test_results_json_is_valid_and_matches_the_report(toy_grade):
+    report, written = toy_grade
+    assert problems_with(written) == []
+    assert written == report.results
+    assert len(written["tests"]) == 9 + 4 + 4
+
+
+def test_honest_tests_pass_around_crashes(toy_grade):
+    tests = _by_test(toy_grade[1])
+    for name in ("test_add", "test_still_graded", "test_secret", "test_after_exit"):
+        assert tests[name]["status"] == "passed", tests[name]["output"]
+        assert tests[name]["score"] == tests[name]["max_score"] > 0
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("test_segfault", ["SIGSEGV", "segfault"]),  # the message names the signal and the student's frame
+        ("test_hang", ["timed out", "in hang"]),
+        ("test_skip", ["skipped", "earns no points"]),
+        ("test_patch_pytest", ["harness was patched", "Function.runtest"]),
+        ("test_forge_records", ["forged"]),
+        ("test_pytest_exit", ["exited with status"]),
+        ("test_os_exit", ["exited with status 0"]),
+        ("test_gamma_one", ["exited with status 3"]),
+        ("test_gamma_four", ["not run", "in a row"]),
+    ],
+)
+def test_misbehaving_tests_score_zero_with_a_reason(toy_grade, name, words):
+    entry = _by_test(toy_grade[1])[name]
+    assert entry["status"] == "failed" and entry["score"] == 0 and entry["max_score"] > 0
+    for word in words:
+        assert word in entry["output"], entry["output"]
+
+
+def test_gpu_tests_keep_their_points_but_are_not_graded_on_cpu(toy_grade):
+    import torch
+
+    entry = _by_test(toy_grade[1])["test_needs_gpu"]
+    if torch.cuda.is_available():
+        assert entry["status"] == "passed"
+    else:
+        assert entry["status"] == "failed" and entry["max_score"] > 0
+        assert entry["output"].startswith("not graded on this runner")
+        assert "need a GPU runner" in toy_grade[1]["output"]
+
+
+def test_points_are_shared_by_problem(toy_grade):
+    tests = toy_grade[1]["tests"]
+    for problem, points in (("alpha", 4), ("beta", 6), ("gamma", 2)):
+        mine = [entry for entry in tests if f" {problem} [" in entry["name"]]
+        assert abs(sum(entry["max_score"] for entry in mine) - points) < 1e-3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hiding files from student code needs root (the sandbox user)")
+def test_hidden_tests_cannot_be_read_by_student_code(toy_grade):
+    report, written = toy_grade
+    entry = _by_test(written)["test_read_hidden"]
+    assert entry["status"] == "failed"
+    assert "hidden-beta-expected-value" not in json.dumps(written)
+    assert "unreadable" in entry["output"] or "read:" in entry["output"], entry["output"]
