@@ -1,0 +1,1 @@
+../../cs336_systems/flash_attention_inputs.py
