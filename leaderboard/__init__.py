@@ -1,0 +1,21 @@
+"""The FlashAttention-2 leaderboard: the official timing, a correctness gate, cheat detection
+and a results table.
+
+Staff read this package; students only see its results. ``python -m leaderboard --help`` lists
+the commands, and ``leaderboard/README.md`` explains each check and every number it reports.
+
+Module map (one concept per file):
+
+* ``config``      the timed problem, its FLOP count, timing settings and every threshold
+* ``harness``     the official timing (``torch.compile(Fn.apply)`` + ``triton.testing.do_bench``)
+* ``gate``        the float32 reference and the correctness comparison
+* ``trusted``     timers captured before the submission is imported, and the patch check
+* ``kernels``     profiler-based checks: library attention kernels, Triton share of the forward
+* ``detectors``   the remaining cheat checks, each a small function that raises ``Refusal``
+* ``worker``      runs one submission in its own process: every check, then the timing
+* ``runner``      the trusted parent: hashes the submission, runs the worker, stores a record
+* ``store``       the results store (JSON lines)
+* ``table``       the ranking as Markdown and as a PNG bar chart
+* ``selftest``    the acceptance run: the reference, the honest slow fixture, every cheat
+* ``fixtures``    submissions used to test the leaderboard itself
+"""

@@ -1,0 +1,108 @@
+"""Command line of the leaderboard (staff run it; ``--help`` on each command says more).
+
+    python -m leaderboard run SUBMISSION --name NAME [--quick] [--dry-run] [--repeats N] [--store PATH]
+    python -m leaderboard table [--store PATH] [--out DIR] [--all]
+    python -m leaderboard selftest [--dry-run] [--out DIR] [--only NAME ...]
+
+Exit status of ``run``: 0 accepted, 1 refused, 2 could not run (no GPU, no such submission).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from leaderboard.store import DEFAULT_STORE, read_records
+
+NO_GPU = (
+    "leaderboard run: no CUDA GPU found. The official timing needs one (the leaderboard runs on "
+    "an H200). To test the pipeline on this machine, add --dry-run (a small problem under "
+    "Triton's interpreter; its times mean nothing and it is not recorded unless --store is given)."
+)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tests.submission import SubmissionError, resolve_submission_dir
+
+    from leaderboard.runner import describe, run_submission
+
+    try:
+        directory = resolve_submission_dir(args.submission, Path.cwd())
+    except SubmissionError as error:
+        print(f"leaderboard run: {error}", file=sys.stderr)
+        return 2
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print(NO_GPU, file=sys.stderr)
+            return 2
+    mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
+    store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
+    print(f"leaderboard run: {args.name} from {directory} ({mode}, {args.repeats} timing(s))", flush=True)
+    record = run_submission(directory, args.name, mode, args.repeats, store=store)
+    print(describe(record))
+    print(f"recorded in {store}" if store is not None else "not recorded (dry run; pass --store PATH to record)")
+    return 0 if record["accepted"] else 1
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from leaderboard.table import render_markdown, write_table
+
+    records = read_records(args.store)
+    markdown, png = write_table(records, args.out, include_unofficial=args.all)
+    print(render_markdown(records, include_unofficial=args.all))
+    print(f"written: {markdown}, {png}")
+    return 0
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from leaderboard.selftest import run_selftest
+
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
+            return 2
+    return run_selftest(args.out, dry_run=args.dry_run, only=args.only)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from leaderboard.selftest import DEFAULT_OUT
+
+    parser = argparse.ArgumentParser(prog="python -m leaderboard", description="The FlashAttention-2 leaderboard.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="check and time one submission, and record the result")
+    run.add_argument("submission", help="directory holding adapters.py and cs336_systems/")
+    run.add_argument("--name", required=True, help="the name shown on the leaderboard")
+    speed = run.add_mutually_exclusive_group()
+    speed.add_argument("--quick", action="store_true", help="short timings (rep 1 s) for iterating; not ranked")
+    speed.add_argument("--dry-run", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
+    run.add_argument("--repeats", type=int, default=1, help="time the official loop this many times (reports the median and spread)")
+    run.add_argument("--store", type=Path, default=None, help=f"results store (default {DEFAULT_STORE}; dry runs: none)")
+    run.set_defaults(handler=cmd_run)
+
+    table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
+    table.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    table.add_argument("--out", type=Path, default=DEFAULT_STORE.parent, help="folder for leaderboard.md and leaderboard.png")
+    table.add_argument("--all", action="store_true", help="also rank --quick and --dry-run runs (marked)")
+    table.set_defaults(handler=cmd_table)
+
+    selftest = commands.add_parser("selftest", help="the reference, the honest slow fixture and every cheat fixture")
+    selftest.add_argument("--dry-run", action="store_true", help="CPU: only the fixtures a CPU can judge")
+    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
+    selftest.set_defaults(handler=cmd_selftest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

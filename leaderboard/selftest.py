@@ -1,0 +1,113 @@
+"""The leaderboard's acceptance run: the reference, the honest slow fixture and every cheat.
+
+Staff run this on the leaderboard GPU after changing the leaderboard or the reference:
+
+    python -m leaderboard selftest            # on the GPU: about 6 minutes
+    python -m leaderboard selftest --dry-run  # on a CPU: the checks a CPU can judge
+
+It passes when the reference is accepted (timed three times in one run, with a spread of at
+most ``MAX_REFERENCE_SPREAD_PCT`` between the three medians), the honest slow fixture is
+accepted, and every cheat fixture is refused with the reasons ``fixtures.FIXTURES`` lists.
+Records, ``summary.md`` and the table go to ``leaderboard/results/selftest/`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from leaderboard.fixtures import FIXTURES
+from leaderboard.runner import describe, run_submission
+from leaderboard.store import ROOT, read_records
+from leaderboard.table import write_table
+
+DEFAULT_OUT = ROOT / "leaderboard" / "results" / "selftest"
+MAX_REFERENCE_SPREAD_PCT = 3.0
+REFERENCE_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run of the self-test and what it must give (empty ``expected``: accepted)."""
+
+    name: str
+    path: Path
+    mode: str
+    repeats: int
+    expected: tuple[str, ...]
+
+
+def plan(dry_run: bool, only: list[str] | None = None) -> list[Entry]:
+    """The runs, reference first (so the GPU is warm and its clocks settled for the rest)."""
+    entries = [Entry("reference", ROOT / "reference", "dry-run" if dry_run else "official", 1 if dry_run else REFERENCE_REPEATS, ())]
+    for f in FIXTURES:
+        if dry_run:
+            if f.cpu_refusals is None:
+                continue
+            entries.append(Entry(f.name, f.path, "dry-run", 1, f.cpu_refusals))
+        else:
+            entries.append(Entry(f.name, f.path, "quick" if f.quick else "official", 1, f.gpu_refusals))
+    if only:
+        unknown = set(only) - {e.name for e in entries}
+        if unknown:
+            raise SystemExit(f"unknown self-test entries {sorted(unknown)}; known: {[e.name for e in entries]}")
+        entries = [e for e in entries if e.name in only]
+    return entries
+
+
+def judge(entry: Entry, record: dict) -> tuple[bool, str]:
+    """Whether the record is what ``entry`` expects, and a short note saying what differs."""
+    codes = [r["code"] for r in record.get("refusals", [])]
+    if not entry.expected:
+        if not record["accepted"]:
+            return False, f"expected accepted, refused: {', '.join(codes)}"
+        spread = record.get("repeat_spread_pct")
+        if entry.repeats > 1 and spread is not None and spread > MAX_REFERENCE_SPREAD_PCT:
+            return False, f"spread of {entry.repeats} timings {spread:.2f}% > {MAX_REFERENCE_SPREAD_PCT}%"
+        return True, "accepted" + (f", spread {spread:.2f}%" if spread is not None else "")
+    missing = [code for code in entry.expected if code not in codes]
+    if missing:
+        got = ", ".join(codes) if codes else "accepted"
+        return False, f"expected refusal {', '.join(missing)}; got {got}"
+    return True, "refused: " + ", ".join(codes)
+
+
+def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None) -> int:
+    """Run the plan, print and write a summary; return 0 when every entry is as expected."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = out_dir / "records.jsonl"
+    store.unlink(missing_ok=True)  # the table and summary describe this run only
+    started = time.monotonic()
+    rows = []
+    entries = plan(dry_run, only)
+    for number, entry in enumerate(entries, start=1):
+        print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
+              f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
+        record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store)
+        print(describe(record), flush=True)
+        ok, note = judge(entry, record)
+        rows.append((entry, record, ok, note))
+    elapsed = time.monotonic() - started
+
+    lines = [
+        "# Leaderboard self-test",
+        "",
+        f"{sum(ok for _, _, ok, _ in rows)} of {len(rows)} as expected, in {elapsed:.0f} s.",
+        "",
+        "| submission | mode | expected | verdict | time (ms) | as expected |",
+        "|---|---|---|---|---:|---|",
+    ]
+    for entry, record, ok, note in rows:
+        expected = "accepted" if not entry.expected else "refused: " + ", ".join(entry.expected)
+        time_ms = record.get("time_ms")
+        lines.append(
+            f"| {entry.name} | {entry.mode} | {expected} | {note} | {'–' if time_ms is None else f'{time_ms:.3f}'} | {'yes' if ok else '**NO**'} |"
+        )
+    summary = "\n".join(lines) + "\n"
+    (out_dir / "summary.md").write_text(summary, encoding="utf-8")
+    markdown, png = write_table(read_records(store), out_dir, include_unofficial=True)
+    print("\n" + summary)
+    print(f"records: {store}\ntable: {markdown}, {png}")
+    return 0 if all(ok for _, _, ok, _ in rows) else 1

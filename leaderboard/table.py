@@ -1,0 +1,119 @@
+"""The leaderboard table: the ranking as Markdown and as a PNG bar chart.
+
+Students and staff read what this file writes. Only accepted runs of the official timing are
+ranked (``include_unofficial`` adds ``--quick`` and ``--dry-run`` runs, marked as such); each
+name appears once, with its fastest accepted run. Refused runs are listed below the ranking with
+their reasons, so that a student can see why an attempt is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leaderboard.config import LEADERBOARD, OFFICIAL, attention_flops
+
+FLOPS = attention_flops(LEADERBOARD.batch, LEADERBOARD.n, LEADERBOARD.d, LEADERBOARD.is_causal)
+
+CONDITIONS = (
+    "FlashAttention-2 forward + backward: batch 1 x 16 heads, sequence 16384, head dim 64, causal, "
+    f"bfloat16. Official harness: `flash = torch.compile(Fn.apply)`, `flash(q, k, v, True).sum().backward()`, "
+    f"`triton.testing.do_bench(rep={OFFICIAL.rep_ms}, warmup={OFFICIAL.warmup_ms})`, median of the per-call times. "
+    f"TFLOP/s counts {FLOPS / 1e12:.3f} TFLOP per call: causal forward 2·B·N²·d (half of 4·B·N²·d) plus a "
+    "backward of 2.5 times that, B = 16, N = 16384, d = 64. \"% of matmul\" compares with an 8192³ bf16 "
+    "`torch.matmul` timed in the same run. Listed runs passed the correctness gate and every cheat check."
+)
+
+
+def ranking(records: list[dict], include_unofficial: bool = False) -> list[dict]:
+    """The fastest accepted run of each name, fastest first; each gets ``runs`` (its run count)."""
+    runs: dict[str, int] = {}
+    best: dict[str, dict] = {}
+    for record in records:
+        if not record.get("accepted") or record.get("time_ms") is None:
+            continue
+        if record.get("mode") != "official" and not include_unofficial:
+            continue
+        name = record["name"]
+        runs[name] = runs.get(name, 0) + 1
+        if name not in best or record["time_ms"] < best[name]["time_ms"]:
+            best[name] = record
+    return [{**record, "runs": runs[name]} for name, record in sorted(best.items(), key=lambda item: item[1]["time_ms"])]
+
+
+def _cell(value, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def render_markdown(records: list[dict], include_unofficial: bool = False) -> str:
+    """The ranking (and recent refusals) as a Markdown document."""
+    rows = ranking(records, include_unofficial)
+    lines = ["# FlashAttention-2 leaderboard", "", CONDITIONS, ""]
+    if not rows:
+        lines.append("No accepted runs yet.")
+    else:
+        mode_header = " mode |" if include_unofficial else ""
+        lines += [
+            f"| # | name | time (ms) | TFLOP/s | % of matmul | random dO (ms) | IQR % |{mode_header} GPU | torch / triton | date | submission | runs |",
+            "|---:|---|---:|---:|---:|---:|---:|" + ("---|" if include_unofficial else "") + "---|---|---|---|---:|",
+        ]
+        for rank, r in enumerate(rows, start=1):
+            env = r.get("environment", {})
+            mode_cell = f" {r.get('mode')} |" if include_unofficial else ""
+            lines.append(
+                f"| {rank} | {r['name']} | {_cell(r.get('time_ms'), '.3f')} | {_cell(r.get('tflops'), '.1f')} | "
+                f"{_cell(r.get('pct_of_matmul'), '.1f')} | {_cell(r.get('random_dO_ms'), '.3f')} | {_cell(r.get('iqr_pct'), '.1f')} |"
+                f"{mode_cell} {env.get('gpu', '?')} | {env.get('torch', '?')} / {env.get('triton', '?')} | "
+                f"{r.get('date', '?')[:10]} | `{r.get('submission_hash', '?')[:12]}` | {r['runs']} |"
+            )
+    refused = [r for r in records if not r.get("accepted")][-20:]
+    if refused:
+        lines += ["", "## Refused runs (latest 20)", "", "| name | date | mode | reasons |", "|---|---|---|---|"]
+        for r in refused:
+            reasons = "; ".join(x["code"] for x in r.get("refusals", []))
+            lines.append(f"| {r['name']} | {r.get('date', '?')[:19]} | {r.get('mode', '?')} | {reasons} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_png(records: list[dict], path: Path, include_unofficial: bool = False) -> Path:
+    """A horizontal bar chart of the ranking's times, with the physical floor marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ranking(records, include_unofficial)
+    height = 1.2 + 0.45 * max(len(rows), 1)
+    fig, ax = plt.subplots(figsize=(9, height))
+    if rows:
+        names = [r["name"] for r in rows][::-1]
+        times = [r["time_ms"] for r in rows][::-1]
+        bars = ax.barh(names, times, color="#4878a8")
+        for bar, r in zip(bars, rows[::-1]):
+            label = f" {r['time_ms']:.3f} ms" + (f", {r['tflops']:.0f} TFLOP/s" if r.get("tflops") else "")
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=8)
+        floors = [r["floor_ms"] for r in rows if r.get("floor_ms")]
+        if floors:
+            floor = min(floors)
+            ax.axvline(floor, color="#b04040", linestyle="--", linewidth=1)
+            ax.text(floor, len(rows) - 0.4, f" physical floor {floor:.2f} ms", color="#b04040", fontsize=8, va="bottom")
+        ax.set_xlim(0, max(times) * 1.35)
+    else:
+        ax.text(0.5, 0.5, "no accepted runs yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+    ax.set_xlabel("forward + backward time (ms, median; lower is better)")
+    ax.set_title("FlashAttention-2 leaderboard: 16 x 16384 x 64, causal, bf16", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def write_table(records: list[dict], out_dir: Path, include_unofficial: bool = False) -> tuple[Path, Path]:
+    """Write ``leaderboard.md`` and ``leaderboard.png`` into ``out_dir``; return both paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown = out_dir / "leaderboard.md"
+    markdown.write_text(render_markdown(records, include_unofficial), encoding="utf-8")
+    return markdown, render_png(records, out_dir / "leaderboard.png", include_unofficial)

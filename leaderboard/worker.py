@@ -1,0 +1,485 @@
+"""Runs one submission in its own process: every check in order, then the official timing.
+
+Staff read this file to know the order of the checks; the parent (``runner``) starts it as
+``python -m leaderboard.worker SUBMISSION --mode MODE --result FILE`` and reads FILE back.
+
+Order, and why:
+
+1. capture the clocks and snapshot the watched names, then import the submission;
+   check nothing was patched by the import;
+2. one eager call of ``Fn.apply`` at the problem shape: plain-tensor output and gradients of
+   the right shape and dtype (catches subclassed and lazy outputs before torch.compile sees them);
+3. ``flash = torch.compile(Fn.apply)``; the correctness gate under a random dO, inputs checked
+   for in-place changes;
+4. wall-clock vs CUDA-event time of a few calls (side streams, threads), before anything that
+   reads gradients on the current stream;
+5. fresh random inputs on every call (new tensors, then the same tensors refilled in place),
+   each call compared with the reference on one batch element (cached outputs); patch check;
+   then the per-call time when inputs change before every call (used after timing);
+6. profiler: library attention anywhere; Triton share of the forward;
+7. the bf16 matmul rate, the official timing (``--repeats`` times) and the random-dO timing;
+8. patch check; then the verdicts that need the times: cached outputs (fixed inputs much faster
+   than fresh), dO specialisation (ones much faster than random), and the physical floor.
+
+Steps 1-6 stop at the first refusal: a cheat that hides work could make the timing run for
+hours. Step 8 reports every refusal it finds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import secrets
+import sys
+import time
+import traceback
+from pathlib import Path
+
+MODES = ("official", "quick", "dry-run")
+_START = time.monotonic()
+
+
+def log(message: str) -> None:
+    """Progress on stderr, with seconds since the worker started."""
+    print(f"[leaderboard {time.monotonic() - _START:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+class Stopped(Exception):
+    """Raised after a refusal has been recorded, to skip the remaining steps."""
+
+
+class Evaluation:
+    """The checks and timings of one submission; ``result`` collects everything reported."""
+
+    def __init__(self, submission: Path, mode: str, repeats: int, seed: int, result: dict):
+        import torch
+
+        from leaderboard import config
+        from leaderboard.trusted import capture_clock, snapshot
+
+        self.torch = torch
+        self.submission = submission
+        self.mode = mode
+        self.repeats = repeats
+        self.cuda = mode != "dry-run"
+        self.problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
+        self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
+        self.limits = config.LIMITS_DRY_RUN if mode == "dry-run" else config.LIMITS
+        self.tolerances = config.TOLERANCES[self.problem.dtype]
+        self.result = result
+        self.rng = random.Random(seed)
+        self.generator = torch.Generator(device=self.problem.device).manual_seed(seed)
+        # Every step's tensors stay alive to the end, so no later input can reuse their memory:
+        # a cache keyed on addresses then fails exactly where the cache check looks for it.
+        self.keep: list = []
+        # Before any submission code runs: our own references to the clocks, and what the
+        # watched names point to.
+        self.clock = capture_clock(self.cuda)
+        self.before = snapshot()
+        self.step = "setup"
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def refuse(self, *refusals) -> None:
+        """Record every refusal given (None means passed) and stop if there was one."""
+        found = [r for r in refusals if r is not None]
+        self.result["refusals"] += [r.as_dict() for r in found]
+        if found:
+            raise Stopped()
+
+    def passed(self, check: str, note: str = "passed") -> None:
+        self.result["checks"][check] = note
+
+    def randn(self, *shape: int, requires_grad: bool = False):
+        p = self.problem
+        x = self.torch.randn(shape, dtype=p.dtype, device=p.device, generator=self.generator)
+        return x.requires_grad_(requires_grad)
+
+    def untampered(self, when: str) -> None:
+        from leaderboard.trusted import check_untampered
+
+        self.refuse(check_untampered(self.before, when))
+
+    def check_output(self, o, q, what: str) -> None:
+        from leaderboard.detectors import Refusal, check_plain_tensor
+
+        self.refuse(check_plain_tensor(o, what))
+        if o.shape != q.shape or o.dtype != q.dtype or o.device != q.device:
+            self.refuse(
+                Refusal(
+                    "error",
+                    f"{what} has shape {tuple(o.shape)}, dtype {o.dtype} on {o.device}; expected "
+                    f"Q's shape {tuple(q.shape)}, dtype {q.dtype} on {q.device}",
+                )
+            )
+
+    def check_gradients(self, grads: dict, inputs: dict) -> None:
+        from leaderboard.detectors import Refusal, check_plain_tensor
+
+        for name, grad in grads.items():
+            if grad is None:
+                self.refuse(Refusal("error", f"{name} is None after backward; backward must return gradients for Q, K and V"))
+            self.refuse(check_plain_tensor(grad, f"the gradient {name}"))
+            wanted = inputs[name]
+            if grad.shape != wanted.shape or grad.dtype != wanted.dtype:
+                self.refuse(
+                    Refusal("error", f"{name} has shape {tuple(grad.shape)} and dtype {grad.dtype}; expected {tuple(wanted.shape)}, {wanted.dtype}")
+                )
+
+    # -- the steps -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for step in (
+            self.load,
+            self.first_call,
+            self.correctness_gate,
+            self.side_streams,
+            self.fresh_inputs,
+            self.fresh_input_timing,
+            self.profile,
+            self.timing,
+            self.timing_verdicts,
+        ):
+            self.step = step.__name__
+            step()
+
+    def load(self) -> None:
+        from leaderboard.detectors import Refusal
+        from tests.submission import load_adapters
+
+        log(f"importing the submission in {self.submission}")
+        adapters = load_adapters(self.submission)
+        Fn = adapters.get_flashattention_autograd_function_triton()
+        if not (isinstance(Fn, type) and issubclass(Fn, self.torch.autograd.Function)):
+            self.refuse(
+                Refusal(
+                    "error",
+                    "adapters.get_flashattention_autograd_function_triton() must return a torch.autograd.Function "
+                    f"subclass (the class itself); got {Fn!r}",
+                )
+            )
+        self.Fn = Fn
+        self.result["function"] = f"{Fn.__module__}.{Fn.__qualname__}"
+        self.untampered("after importing the submission")
+
+    def first_call(self) -> None:
+        p = self.problem
+        log(f"first call, eager, at {p.describe()} (compiles the submission's kernels)")
+        q, k, v = (self.randn(*p.shape, requires_grad=True) for _ in range(3))
+        do = self.randn(*p.shape)
+        self.keep += [q, k, v, do]
+        o = self.Fn.apply(q, k, v, p.is_causal)
+        self.keep.append(o)
+        self.check_output(o, q, "Fn.apply(Q, K, V, is_causal)'s output")
+        o.backward(do)
+        self.clock.synchronize()
+        self.check_gradients({"dQ": q.grad, "dK": k.grad, "dV": v.grad}, {"dQ": q, "dK": k, "dV": v})
+        self.passed("lazy_output")
+        self.untampered("after the first call")
+
+    def correctness_gate(self) -> None:
+        from leaderboard.detectors import Refusal, check_unchanged
+        from leaderboard.gate import compare_all, reference_attention
+
+        p = self.problem
+        backend = "inductor" if self.cuda else "eager"
+        log(f"torch.compile(Fn.apply, backend={backend!r}); correctness gate under a random dO")
+        self.flash = self.torch.compile(self.Fn.apply, backend=backend)
+        q, k, v = (self.randn(*p.shape, requires_grad=True) for _ in range(3))
+        do = self.randn(*p.shape)
+        inputs = {"Q": q, "K": k, "V": v, "dO": do}
+        self.keep += [q, k, v, do]
+        copies = {name: t.detach().clone() for name, t in inputs.items()}
+        o = self.flash(q, k, v, p.is_causal)
+        self.keep.append(o)
+        self.check_output(o, q, "torch.compile(Fn.apply)(Q, K, V, is_causal)'s output")
+        o.backward(do)
+        self.clock.synchronize()
+        self.check_gradients({"dQ": q.grad, "dK": k.grad, "dV": v.grad}, {"dQ": q, "dK": k, "dV": v})
+        self.refuse(check_unchanged(copies, {name: t.detach() for name, t in inputs.items()}))
+        self.passed("mutated_inputs")
+        log("computing the float64 reference (in chunks of queries)")
+        want = reference_attention(q, k, v, do, p.is_causal)
+        got = {"O": o, "dQ": q.grad, "dK": k.grad, "dV": v.grad}
+        comparisons = compare_all(got, want, self.tolerances)
+        self.result["gate"] = {c.name: c.as_dict() for c in comparisons}
+        log("gate: " + ", ".join(f"{c.name} rel L2 {c.rel_l2:.2e}" for c in comparisons))
+        problems = [c.problem for c in comparisons if c.problem]
+        if problems:
+            self.refuse(Refusal("incorrect", "; ".join(problems)))
+        self.passed("incorrect")
+
+    def fresh_inputs(self) -> None:
+        from leaderboard.detectors import Refusal
+        from leaderboard.gate import compare_all, reference_attention
+
+        p = self.problem
+        torch = self.torch
+        log(f"{self.limits.fresh_input_repeats} calls with fresh random inputs, each checked against the reference")
+        base = None
+        for call in range(self.limits.fresh_input_repeats):
+            if call % 2 == 0:
+                how = "new tensors"
+                base = self.randn(3, *p.shape, requires_grad=True)
+                self.keep.append(base)
+            else:
+                how = "the same tensors, refilled in place"
+                with torch.no_grad():
+                    base.copy_(self.randn(3, *p.shape))
+                base.grad = None
+            q, k, v = base
+            o = self.flash(q, k, v, p.is_causal)
+            self.keep.append(o)
+            self.check_output(o, q, "the output")
+            o.sum().backward()
+            self.clock.synchronize()
+            b = self.rng.randrange(p.batch)
+            one = slice(b, b + 1)
+            want = reference_attention(q[one], k[one], v[one], torch.ones_like(o[one]), p.is_causal)
+            got = {"O": o[one], "dQ": base.grad[0, one], "dK": base.grad[1, one], "dV": base.grad[2, one]}
+            problems = [c.problem for c in compare_all(got, want, self.tolerances) if c.problem]
+            if problems:
+                self.refuse(
+                    Refusal(
+                        "cached_outputs",
+                        f"call {call + 1} with fresh random inputs ({how}) does not match the reference on "
+                        f"batch element {b}: {'; '.join(problems)}. The same code was correct on the gate's "
+                        "inputs, so outputs are being reused; recompute them on every call.",
+                    )
+                )
+        self.untampered("after the correctness checks")
+
+    def side_streams(self) -> None:
+        from leaderboard.detectors import check_wall_vs_event
+
+        p = self.problem
+        if not self.cuda:
+            self.passed("side_stream", "skipped: needs CUDA events")
+            return
+        calls = self.limits.probe_calls_gpu
+        q, k, v = base = self.randn(3, *p.shape, requires_grad=True)
+        self.keep.append(base)
+
+        def step():
+            self.flash(q, k, v, p.is_causal).sum().backward()
+
+        step()
+        step()
+        self.clock.synchronize()
+        log(f"wall clock vs CUDA events over {calls} calls")
+        start, end = self.clock.Event(enable_timing=True), self.clock.Event(enable_timing=True)
+        t0 = self.clock.perf_counter()
+        start.record()
+        for _ in range(calls):
+            step()
+        end.record()
+        self.clock.synchronize()  # device-wide: waits for every stream
+        wall_ms = 1e3 * (self.clock.perf_counter() - t0)
+        event_ms = start.elapsed_time(end)
+        self.result["probe"] = {"calls": calls, "wall_ms": wall_ms, "event_ms": event_ms}
+        log(f"wall {wall_ms:.1f} ms, CUDA events {event_ms:.1f} ms")
+        self.refuse(check_wall_vs_event(wall_ms, event_ms, calls, self.limits))
+        self.passed("side_stream")
+
+    def fresh_input_timing(self) -> None:
+        p = self.problem
+        torch = self.torch
+        calls = self.limits.probe_calls_gpu if self.cuda else self.limits.probe_calls_cpu
+        base = self.randn(3, *p.shape, requires_grad=True)
+        self.keep.append(base)
+
+        def step():
+            q, k, v = base  # fresh views: refilling base in place invalidates older ones
+            self.flash(q, k, v, p.is_causal).sum().backward()
+
+        step()
+        log(f"{calls} calls with inputs refilled before each (per-call time)")
+        times, events = [], []
+        for _ in range(calls):
+            with torch.no_grad():
+                base.copy_(self.randn(3, *p.shape))
+            base.grad = None
+            if self.cuda:  # like do_bench: per-call events, no synchronisation between calls
+                s, e = self.clock.Event(enable_timing=True), self.clock.Event(enable_timing=True)
+                s.record()
+                step()
+                e.record()
+                events.append((s, e))
+            else:
+                t0 = self.clock.perf_counter()
+                step()
+                times.append(1e3 * (self.clock.perf_counter() - t0))
+        self.clock.synchronize()
+        times += [s.elapsed_time(e) for s, e in events]
+        self.fresh_ms = self.clock.median(times)
+        self.result["fresh_inputs_ms"] = self.fresh_ms
+        log(f"fresh inputs: {self.fresh_ms:.3f} ms per call")
+
+    def profile(self) -> None:
+        from leaderboard.kernels import (
+            check_library_attention,
+            check_triton_share,
+            profile_call,
+            top_kernels,
+            triton_function_names,
+            triton_share,
+        )
+
+        p = self.problem
+        log("profiling one forward and one forward + backward")
+        base = self.randn(3, *p.shape, requires_grad=True)
+        q, k, v = base
+        forward = profile_call(lambda: self.flash(q, k, v, p.is_causal), self.clock.synchronize, self.cuda)
+        both = profile_call(lambda: self.flash(q, k, v, p.is_causal).sum().backward(), self.clock.synchronize, self.cuda)
+        names = triton_function_names()
+        self.result["forward_kernels_us"] = top_kernels(forward)
+        self.result["kernels_us"] = top_kernels(both)
+        for name, us in top_kernels(both, 5):
+            log(f"  kernel {us:10.0f} us  {name[:100]}")
+        share = None
+        if self.cuda:
+            triton_us, total_us = triton_share(forward, names)
+            self.result["triton_share_forward"] = share = triton_us / total_us if total_us else None
+            log(f"Triton share of the forward's GPU time: {share:.1%}" if share is not None else "no GPU kernels recorded")
+        self.refuse(
+            check_library_attention(forward + both, names),
+            check_triton_share(forward, names, self.limits.min_triton_share_forward) if self.cuda else None,
+        )
+        self.passed("library_attention")
+        self.passed("not_triton", "passed" if self.cuda else "skipped: needs GPU kernels")
+
+    def timing(self) -> None:
+        from leaderboard.harness import matmul_tflops, time_official, time_random_dO
+
+        p, s = self.problem, self.settings
+        log("matmul rate for the physical floor")
+        self.matmul_tflops, label = matmul_tflops(p, s, self.clock)
+        self.result.update(matmul_tflops=self.matmul_tflops, matmul=label)
+        log(f"{label} matmul: {self.matmul_tflops:.1f} TFLOP/s")
+        log(f"official timing ({s.name}: warmup {s.warmup_ms} ms, rep {s.rep_ms} ms) x {self.repeats}")
+        timings = time_official(self.flash, p, s, self.clock, repeats=self.repeats)
+        log("official: " + ", ".join(f"{t.median_ms:.3f} ms" for t in timings))
+        log("timing with a random dO")
+        random_dO = time_random_dO(self.flash, p, s, self.clock)
+        log(f"random dO: {random_dO.median_ms:.3f} ms")
+        self.timings, self.random_dO = timings, random_dO
+        self.untampered("after timing")
+
+    def timing_verdicts(self) -> None:
+        from leaderboard.config import attention_flops
+        from leaderboard.detectors import check_fixed_vs_fresh, check_floor, check_ones_vs_random
+
+        p = self.problem
+        medians = [t.median_ms for t in self.timings]
+        time_ms = self.clock.median(medians)
+        flops = attention_flops(p.batch, p.n, p.d, p.is_causal)
+        tflops = flops / (time_ms * 1e-3) / 1e12
+        floor_ms = flops / (self.matmul_tflops * 1e12) * 1e3
+        spread = 100.0 * (max(medians) - min(medians)) / min(medians) if len(medians) > 1 else None
+        self.result.update(
+            time_ms=time_ms,
+            repeat_ms=medians,
+            repeat_spread_pct=spread,
+            iqr_pct=self.timings[0].iqr_pct,
+            calls_timed=[len(t.times_ms) for t in self.timings],
+            random_dO_ms=self.random_dO.median_ms,
+            flops=flops,
+            tflops=tflops,
+            pct_of_matmul=100.0 * tflops / self.matmul_tflops,
+            floor_ms=floor_ms,
+        )
+        log(f"time {time_ms:.3f} ms = {tflops:.1f} TFLOP/s ({100 * tflops / self.matmul_tflops:.1f}% of the matmul); floor {floor_ms:.3f} ms")
+        found = [
+            check_fixed_vs_fresh(time_ms, self.fresh_ms, self.limits.fixed_faster_than_fresh),
+            check_ones_vs_random(time_ms, self.random_dO.median_ms, self.limits.ones_faster_than_random),
+            check_floor(time_ms, floor_ms, flops, self.matmul_tflops, self.result["matmul"]),
+        ]
+        for code, refusal in zip(("cached_outputs", "ones_dO", "below_floor"), found):
+            if refusal is None:
+                self.passed(code)
+        self.refuse(*found)
+
+
+def environment() -> dict:
+    import torch
+    import triton
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU)"
+    return {
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leaderboard.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("submission", type=Path)
+    parser.add_argument("--mode", choices=MODES, default="official")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--result", type=Path, required=True, help="where to write the JSON result")
+    args = parser.parse_args(argv)
+
+    # Must be settled before triton is first imported (leaderboard.config imports torch).
+    if args.mode == "dry-run":
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        print("TRITON_INTERPRET=1 is set: unset it for a GPU run", file=sys.stderr)
+        return 2
+
+    import torch
+
+    import torch._dynamo  # noqa: F401  (imported before the snapshot: it is ours, not the submission's)
+    import triton.testing  # noqa: F401
+
+    if args.mode == "dry-run":
+        # One thread: a dry run's times mean nothing, and on a shared CPU several busy-waiting
+        # threads per process make every small operation many times slower.
+        torch.set_num_threads(1)
+        # torch.compile must not trace into Triton's interpreter (its numpy code fails under
+        # dynamo): interpreted launches run as written, as graph breaks.
+        from triton.runtime.interpreter import InterpretedFunction
+
+        InterpretedFunction.run = torch._dynamo.disable(InterpretedFunction.run)
+    elif not torch.cuda.is_available():
+        print("no CUDA GPU: the leaderboard needs one (use --mode dry-run on a CPU)", file=sys.stderr)
+        return 2
+    else:
+        import torch._inductor  # noqa: F401
+
+    seed = args.seed if args.seed is not None else secrets.randbits(31)
+    result: dict = {"mode": args.mode, "seed": seed, "refusals": [], "checks": {}, "environment": environment()}
+    from leaderboard.detectors import Refusal
+
+    evaluation = None
+    try:
+        evaluation = Evaluation(args.submission.resolve(), args.mode, args.repeats, seed, result)
+        result["problem"] = evaluation.problem.describe()
+        evaluation.run()
+    except Stopped:
+        pass
+    except BaseException as error:  # SystemExit too: the submission must not end the worker silently
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        step = evaluation.step if evaluation else "setup"
+        if isinstance(error, Refusal):
+            result["refusals"].append(error.as_dict())
+        else:
+            message = f"{type(error).__name__} during {step}: {str(error)[:2000]}"
+            result["refusals"].append({"code": "error", "message": message})
+            result["traceback"] = traceback.format_exc()[-6000:]
+            log(f"error during {step}:\n{result['traceback']}")
+    result["accepted"] = not result["refusals"]
+    args.result.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
