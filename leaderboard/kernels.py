@@ -54,8 +54,14 @@ def profile_call(fn: Callable[[], object], synchronize: Callable[[], None], cuda
     return [ProfiledEvent(e.name, e.device_type in gpu, float(e.time_range.elapsed_us())) for e in prof.events()]
 
 
+# Objects that hold the name of a kernel Triton compiled: the compiled kernel itself, and the
+# wrappers torch.compile uses to launch Triton kernels without Triton's launcher.
+COMPILED_KERNEL_TYPES = ("CompiledKernel", "StaticallyLaunchedTritonKernel", "StaticallyLaunchedCudaKernel")
+
+
 def triton_function_names() -> set[str]:
-    """Names of every ``@triton.jit`` function (compiled or interpreted) alive in this process."""
+    """Names of every Triton kernel in this process: each ``@triton.jit`` function (compiled or
+    interpreted) and each kernel Triton compiled, found by walking the garbage collector's objects."""
     from triton.runtime.jit import JITFunction
 
     kinds: tuple[type, ...] = (JITFunction,)
@@ -69,10 +75,15 @@ def triton_function_names() -> set[str]:
     for obj in gc.get_objects():
         # type(), not isinstance(): the latter consults __class__, which dead weak proxies and
         # deprecated lazy objects answer with errors or warnings.
-        if issubclass(type(obj), kinds):
+        kind = type(obj)
+        if issubclass(kind, kinds):
             name = getattr(getattr(obj, "fn", None), "__name__", None)
-            if name:
-                names.add(name)
+        elif kind.__name__ in COMPILED_KERNEL_TYPES:
+            name = getattr(obj, "name", None)
+        else:
+            continue
+        if isinstance(name, str) and name:
+            names.add(name)
     return names
 
 
