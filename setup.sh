@@ -23,5 +23,6 @@ if ! .venv/bin/python -c "import torch, triton, einops, jaxtyping, hypothesis, p
 fi
 echo "[setup] installed: $(.venv/bin/python -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}")')"
 
-echo "[setup] grading the bundled reference submission"
-exec .venv/bin/python -m autograder grade reference
+# --- kit only below: the student release (autograder/release.py) ends setup.sh here ---
+echo "[setup] grading the bundled reference submission (results/reference/results.json)"
+exec .venv/bin/python -m autograder grade reference --out results/reference ${CS336_SETUP_GRADE_FLAGS:-}

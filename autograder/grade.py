@@ -15,6 +15,7 @@ front door. The steps:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pwd
 import shutil
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.manifest import Manifest, load_manifest
+from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
 from autograder.results import collect_tests, format_table, results_json, write_results
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, run_suite
 from autograder.sandbox import SandboxReport, SubmissionNotFound, build_sandbox
@@ -94,7 +96,8 @@ class _Printer:
                 self._flush(other_suite, other_file)
             self.files.setdefault((suite, file), []).append(mark)
             if self.verbose and not self.quiet:
-                print(f"  [{suite}] {outcome.status:<10} {outcome.nodeid} ({outcome.duration:.1f} s)", flush=True)
+                print(f"  [{suite.split('#')[0]}] {outcome.status:<10} {outcome.nodeid} ({outcome.duration:.1f} s)",
+                      flush=True)
 
     def _flush(self, suite: str, file: str) -> None:
         marks = self.files.pop((suite, file))
@@ -102,7 +105,7 @@ class _Printer:
             return
         counts = f"{marks.count('.')}/{len(marks)} passed" + (f", {marks.count('g')} need a GPU" if "g" in marks else "")
         elapsed = time.monotonic() - self.started
-        print(f"[{elapsed:6.1f}s] {suite:<7} {file:<44} {''.join(marks)[:40]:<40} {counts}", flush=True)
+        print(f"[{elapsed:6.1f}s] {suite.split('#')[0]:<7} {file:<44} {''.join(marks)[:40]:<40} {counts}", flush=True)
 
     def flush_all(self) -> None:
         with self.lock:
@@ -127,11 +130,58 @@ def _sandbox_ids(choice: str | None) -> tuple[int | None, int | None, str | None
     return None, None, None
 
 
+def _readable_as(uid: int, gid: int, paths: list[Path]) -> list[bool]:
+    """Whether the user ``uid`` can read each of ``paths`` (checked in a forked child that drops to it)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only os calls, then _exit
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            answer = "".join("1" if os.access(path, os.R_OK) else "0" for path in paths)
+            os.write(write_end, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return [flag == "1" for flag in answer.ljust(len(paths), "0")]
+
+
+def _sandbox_python(uid: int, gid: int, kit: Path) -> tuple[str | None, dict[str, str], str | None]:
+    """The python the sandboxed test processes run, extra environment for it, and a note if none can.
+
+    None means the sandbox user cannot read the kit or its packages, so tests must run
+    without dropping privileges (and the output says so).
+    """
+    site = Path(importlib.util.find_spec("torch").origin).resolve().parent.parent
+    kit_ok, site_ok, *python_ok = _readable_as(uid, gid, [kit / "conftest.py", site, *interpreter_paths()])
+    if not (kit_ok and site_ok):
+        return None, {}, (f"the sandbox user cannot read the kit ({kit}) or its packages ({site}), so test code ran "
+                          "with the grader's own rights and could read the hidden tests; make both world-readable")
+    if all(python_ok):
+        return sys.executable, {}, None
+    python = mirrored_python(site)
+    return str(python), {"LD_LIBRARY_PATH": library_path(python)}, None
+
+
 def _protect_staff_files(kit: Path) -> None:
-    """Make the hidden tests, the fixtures and the reference unreadable by anyone but root."""
+    """Make the hidden tests, the fixtures and the reference unreadable by anyone but root.
+
+    The hidden tests' folders stay traversable (0711), so that pytest, having imported them as
+    root, can still ``stat`` them after dropping privileges; their files are 0600.
+    """
     for relative in STAFF_ONLY:
         path = kit / relative
-        if path.exists():
+        if not path.exists():
+            continue
+        if relative == STAFF_ONLY[0]:
+            for sub in [path, *path.rglob("*")]:
+                sub.chmod(0o711 if sub.is_dir() else 0o600)
+        else:
             path.chmod(0o700)
 
 
@@ -149,6 +199,8 @@ def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[s
         chosen = []
         for path in sorted(folder.glob("test_*.py")):
             problem = manifest.problem_of_file(path.name)
+            if path.name in manifest.settings.ungraded:
+                continue
             if problem is None:
                 unmapped.append(str(path.relative_to(kit)))
             elif problem.name in wanted:
@@ -215,6 +267,12 @@ def grade(options: GradeOptions) -> GradeReport:
             shutil.rmtree(sandbox_dir, ignore_errors=True)
             sandbox = build_sandbox(private / "empty-upload", sandbox_dir)
         uid, gid, user = _sandbox_ids(options.sandbox_user)
+        python, python_env = sys.executable, {}
+        if uid is not None:
+            python, python_env, note = _sandbox_python(uid, gid, kit)
+            if python is None:
+                python, uid, gid, user = sys.executable, None, None, None
+                notes.append(note)
         workdir = shared / "work"
         for sub in ("", "home", "tmp", "cache"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
@@ -247,8 +305,8 @@ def grade(options: GradeOptions) -> GradeReport:
                 private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
                 crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
                 keyword=options.keyword, uid=uid, gid=gid, sweep_uid=user not in (None, "nobody"),
-                threads=threads_each, on_result=printer.result,
-                on_note=lambda suite, note: printer.say(f"          {suite:<7} {note}"), kit=kit, shard=index,
+                threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
+                on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit, shard=index,
             )
             for suite, index, shard_files in shards
         ]

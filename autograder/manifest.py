@@ -47,6 +47,7 @@ class GradingSettings:
     restart_limit: int = 25
     hidden_visibility: str = "visible"
     hidden_output_chars: int = 600
+    ungraded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
     unknown = sorted(set(grading) - set(known))
     if unknown:
         raise ManifestError(f"{path}: unknown [grading] keys {unknown}; known: {sorted(known)}")
-    settings = GradingSettings(**grading)
+    settings = GradingSettings(**{**grading, "ungraded": tuple(grading.get("ungraded", ()))})
     if settings.hidden_visibility not in _VISIBILITIES:
         raise ManifestError(
             f"{path}: [grading] hidden_visibility must be one of {sorted(_VISIBILITIES)}; "

@@ -84,6 +84,19 @@ def _crash_line(report) -> str:
     return _text(report).strip().splitlines()[-1][:_MAX_TEXT] if _text(report).strip() else ""
 
 
+def _trusted_roots(config) -> tuple[str, ...]:
+    """Folders whose code is ours or the installed libraries' (everything but the submission)."""
+    import sysconfig
+
+    import torch
+
+    roots = {str(config.rootpath), sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+             sysconfig.get_paths()["platlib"], os.path.dirname(os.path.dirname(torch.__file__)),
+             os.path.dirname(os.path.dirname(pytest.__file__))}
+    roots |= {os.path.realpath(root) for root in roots if root}
+    return tuple(os.path.join(root, "") for root in roots if root)
+
+
 class GraderPlugin:
     """Registered by autograder/test_process.py; see the module docstring for the protocol."""
 
@@ -126,7 +139,7 @@ class GraderPlugin:
 
         items = [{"nodeid": item.nodeid, "gpu": item.get_closest_marker("gpu") is not None} for item in session.items]
         self._signer.send({"type": "collected", "items": items, "cuda": bool(torch.cuda.is_available())})
-        self._guard = TamperGuard().photograph()
+        self._guard = TamperGuard(trusted_roots=_trusted_roots(session.config)).photograph()
         if self._uid is not None:
             drop_privileges(self._uid, self._gid)
 

@@ -102,10 +102,14 @@ def entry_output(test: GradedTest, hidden_chars: int) -> str:
     if test.suite == "hidden":
         message = outcome.message or "failed"
         return message if len(message) <= hidden_chars else message[: hidden_chars - 3] + "..."
-    text = outcome.message
-    if outcome.text and outcome.text.strip() not in outcome.message:
-        text = f"{outcome.message}\n\n{outcome.text.strip()}"
-    return text if len(text) <= _VISIBLE_OUTPUT_CHARS else "..." + text[-_VISIBLE_OUTPUT_CHARS:]
+    message = outcome.message or "failed"
+    if len(message) > _VISIBLE_OUTPUT_CHARS:
+        message = message[: _VISIBLE_OUTPUT_CHARS - 3] + "..."
+    detail = outcome.text.strip()
+    if not detail or detail in message:
+        return message
+    room = max(500, _VISIBLE_OUTPUT_CHARS - len(message))
+    return f"{message}\n\n{detail if len(detail) <= room else '...' + detail[-room:]}"
 
 
 def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time: float, output: str,

@@ -74,6 +74,8 @@ class SuiteSpec:
     on_note: Callable[[str, str], None] = lambda suite, note: None
     kit: Path = KIT
     shard: int = 0
+    python: str = sys.executable
+    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +99,7 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
     """A clean environment: nothing of the grader's own, caches in the sandbox's work dir."""
     work = spec.workdir
     env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{Path(spec.python).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(work / "home"),
         "USER": "sandbox",
         "LOGNAME": "sandbox",
@@ -110,6 +112,7 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "OMP_NUM_THREADS": str(spec.threads),
         "CS336_GRADER_RUN": run_id,
     }
@@ -120,6 +123,8 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
         if name.startswith("TRITON_") and (name.endswith("_DIR") or name == "TRITON_HOME"):
             continue  # Triton's caches and dumps stay inside the sandbox
         env[name] = value
+    for name, value in spec.extra_env.items():
+        env[name] = f"{value}:{env[name]}" if name == "LD_LIBRARY_PATH" and name in env else value
     return env
 
 
@@ -158,7 +163,7 @@ class _Child:
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         log = open(self.log_path, "wb")
         command = [
-            sys.executable, "-I", "-B", str(Path(__file__).resolve().parent / "sandboxed_pytest.py"),
+            spec.python, "-I", "-B", str(Path(__file__).resolve().parent / "sandboxed_pytest.py"),
             str(spec.kit), str(key_read), str(record_write), run_only_arg,
             "-" if spec.uid is None else str(spec.uid), "-" if spec.gid is None else str(spec.gid),
             "--", *pytest_args(spec, files),
@@ -290,15 +295,14 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         result.outcomes[nodeid] = outcome
         if pending is not None and nodeid in pending:
             pending.remove(nodeid)
-        spec.on_result(spec.name, outcome)
+        spec.on_result(f"{spec.name}#{spec.shard}", outcome)
         problem = spec.problem_of(nodeid)
         streak[problem] = streak[problem] + 1 if crash else 0
         if crash and streak[problem] >= spec.crash_streak_limit:
+            message = (f"not run: {streak[problem]} tests of {problem} in a row crashed, hung or tampered "
+                       "with the harness, so its remaining tests were failed without running; fix those first")
             for other in [n for n in (pending or []) if spec.problem_of(n) == problem]:
-                settle(other, Verdict(other, "failed", (
-                    f"not run: {streak[problem]} tests of {problem} in a row crashed, hung or tampered "
-                    "with the harness, so its remaining tests were failed without running; fix those first")),
-                    crash=False)
+                settle(other, Verdict(other, "failed", message), crash=False)
 
     def fail_all(message: str) -> None:
         for nodeid in list(pending or []):
@@ -362,7 +366,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         settle(nodeid, _outcome(record, gpu.get(nodeid, False), result.cuda),
                                crash=record["outcome"] == "tampered")
                         if record["outcome"] == "tampered":
-                            spec.on_note(spec.name, f"harness patched during {nodeid}; restarting the test process")
+                            spec.on_note(f"{spec.name}#{spec.shard}", f"harness patched during {nodeid}; restarting the test process")
                             child.kill()
                             child.eof = True
                             break
@@ -392,7 +396,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
             break
         if pending:
             result.restarts += 1
-            spec.on_note(spec.name, f"restarting the test process for {len(pending)} remaining test(s)")
+            spec.on_note(f"{spec.name}#{spec.shard}", f"restarting the test process for {len(pending)} remaining test(s)")
     result.wall_s = time.monotonic() - started
     return result
 

@@ -1,0 +1,102 @@
+"""Build the student release: the tree students clone, generated from this repo.
+
+Read by staff before each offering; run ``python -m autograder release --out dist/student``.
+The release holds exactly what a student needs (the list is ``RELEASED`` below): the stubs,
+the adapters, the visible tests and their conftest, the handout, the setup and submission
+scripts, and a student README and pyproject (whose ``pytest`` runs ``tests/``). It never
+holds ``reference/``, ``autograder/`` (hidden tests, grader, fixtures) or ``leaderboard/``
+(whose cheat fixtures would teach cheating); autograder/selftests/test_release.py proves it
+by path and by content.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parent.parent
+STUDENT_README = Path(__file__).resolve().parent / "student_readme.md"
+RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "make_submission.sh", "cs336_systems", "tests",
+            "handout")
+NEVER_RELEASED = ("reference", "autograder", "leaderboard", ".git", ".venv", ".ci")
+SETUP_CUT_MARKER = "# --- kit only below"
+_SKIPPED_NAMES = ("__pycache__", ".pytest_cache", ".hypothesis", "*.pyc", "*.egg-info", ".DS_Store")
+_GITIGNORE = """.venv/
+__pycache__/
+*.pyc
+*.egg-info/
+.pytest_cache/
+.hypothesis/
+submission.zip
+*.nsys-rep
+*.sqlite
+*.pickle
+*.pt
+results/
+"""
+
+
+class ReleaseError(RuntimeError):
+    """The kit is not in a state that can be released (a file is missing or a marker moved)."""
+
+
+def student_pyproject(text: str) -> str:
+    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only."""
+    new, count = re.subn(r"(?m)^(#[^\n]*\n)*testpaths\s*=\s*\[[^\]]*\]",
+                         '# Plain `pytest` runs the visible tests.\ntestpaths = ["tests"]', text)
+    if count != 1:
+        raise ReleaseError("pyproject.toml has no single `testpaths = [...]` line to rewrite for students")
+    return new
+
+
+def student_setup(text: str) -> str:
+    """The kit's setup.sh cut at its kit-only marker, ending with what to do next instead."""
+    if SETUP_CUT_MARKER not in text:
+        raise ReleaseError(f"setup.sh has no line starting with {SETUP_CUT_MARKER!r} to cut the kit-only part at")
+    head = text[: text.index(SETUP_CUT_MARKER)]
+    lines = head.splitlines()
+    body_start = next(i for i, line in enumerate(lines) if i > 0 and not line.startswith("#"))
+    header = [
+        lines[0],
+        "# Set up the assignment in .venv: PyTorch, Triton and the test tools.",
+        "#",
+        "#   bash setup.sh            # first run: creates .venv (a few minutes)",
+        "#   .venv/bin/pytest         # then run the visible tests",
+        "#",
+        "# On a machine without an NVIDIA GPU the CPU stack in constraints-cpu.txt is pinned.",
+    ]
+    tail = ['echo "[setup] done. Run the tests with .venv/bin/pytest; submit with bash make_submission.sh"', ""]
+    return "\n".join(header + lines[body_start:]).rstrip() + "\n" + "\n".join(tail)
+
+
+def _copy_tree(source: Path, dest: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, dest, symlinks=False, ignore=shutil.ignore_patterns(*_SKIPPED_NAMES))
+    else:
+        shutil.copy2(source, dest, follow_symlinks=True)
+
+
+def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
+    """Write the student tree to ``out`` (which must not exist unless ``force``); return ``out``."""
+    out = Path(out)
+    if out.exists():
+        if not force:
+            raise ReleaseError(f"{out} exists; pass --force to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in RELEASED:
+        source = kit / name
+        if not source.exists():
+            raise ReleaseError(f"the kit has no {name}; the release needs it")
+        _copy_tree(source, out / name)
+    (out / "README.md").write_text(STUDENT_README.read_text())
+    (out / "pyproject.toml").write_text(student_pyproject((kit / "pyproject.toml").read_text()))
+    (out / "setup.sh").write_text(student_setup((kit / "setup.sh").read_text()))
+    (out / ".gitignore").write_text(_GITIGNORE)
+    for script in ("setup.sh", "make_submission.sh"):
+        (out / script).chmod(0o755)
+    for name in NEVER_RELEASED:
+        if (out / name).exists():
+            raise ReleaseError(f"{name} reached the release; it must never")
+    return out
