@@ -53,7 +53,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     records = read_records(args.store)
     markdown, png = write_table(records, args.out, include_unofficial=args.all)
     print(render_markdown(records, include_unofficial=args.all))
-    print(f"written: {markdown}, {png}")
+    print(f"written: {markdown}" + (f", {png}" if png else ""))
     return 0
 
 

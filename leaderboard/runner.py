@@ -56,6 +56,10 @@ def run_worker(directory: Path, mode: str, repeats: int, timeout_s: float) -> di
         if mode == "dry-run":
             env["TRITON_INTERPRET"] = "1"
             env["OMP_NUM_THREADS"] = "1"
+        else:
+            # Compile in the worker itself: a pool of compile processes per run costs more to
+            # start than the few kernels a submission has take to compile.
+            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         # Its own session, so that a timeout ends the worker and everything it started.
         process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)

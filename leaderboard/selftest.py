@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from leaderboard.fixtures import FIXTURES
@@ -91,8 +92,13 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
         rows.append((entry, record, ok, note))
     elapsed = time.monotonic() - started
 
+    env = rows[0][1].get("environment", {}) if rows else {}
     lines = [
         "# Leaderboard self-test",
+        "",
+        f"`python -m leaderboard selftest{' --dry-run' if dry_run else ''}` on {env.get('gpu', '?')} "
+        f"(torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, Python {env.get('python', '?')}), "
+        f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}.",
         "",
         f"{sum(ok for _, _, ok, _ in rows)} of {len(rows)} as expected, in {elapsed:.0f} s.",
         "",
@@ -109,5 +115,5 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
     (out_dir / "summary.md").write_text(summary, encoding="utf-8")
     markdown, png = write_table(read_records(store), out_dir, include_unofficial=True)
     print("\n" + summary)
-    print(f"records: {store}\ntable: {markdown}, {png}")
+    print(f"records: {store}\ntable: {markdown}" + (f", {png}" if png else ""))
     return 0 if all(ok for _, _, ok, _ in rows) else 1

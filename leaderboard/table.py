@@ -8,6 +8,7 @@ their reasons, so that a student can see why an attempt is missing.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from leaderboard.config import LEADERBOARD, OFFICIAL, attention_flops
@@ -101,7 +102,9 @@ def render_png(records: list[dict], path: Path, include_unofficial: bool = False
         ax.text(0.5, 0.5, "no accepted runs yet", ha="center", va="center", transform=ax.transAxes)
         ax.set_yticks([])
     ax.set_xlabel("forward + backward time (ms, median; lower is better)")
-    ax.set_title("FlashAttention-2 leaderboard: 16 x 16384 x 64, causal, bf16", fontsize=10)
+    problems = {r.get("problem") for r in rows} - {None}
+    problem = problems.pop() if len(problems) == 1 else LEADERBOARD.describe()
+    ax.set_title(f"FlashAttention-2 leaderboard: {problem}", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,10 +113,18 @@ def render_png(records: list[dict], path: Path, include_unofficial: bool = False
     return path
 
 
-def write_table(records: list[dict], out_dir: Path, include_unofficial: bool = False) -> tuple[Path, Path]:
-    """Write ``leaderboard.md`` and ``leaderboard.png`` into ``out_dir``; return both paths."""
+def write_table(records: list[dict], out_dir: Path, include_unofficial: bool = False) -> tuple[Path, Path | None]:
+    """Write ``leaderboard.md`` and ``leaderboard.png`` into ``out_dir``; return both paths.
+
+    Without matplotlib the PNG is skipped with a warning (its path is then None): a missing
+    plotting library must not lose a run's results.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = out_dir / "leaderboard.md"
     markdown.write_text(render_markdown(records, include_unofficial), encoding="utf-8")
-    return markdown, render_png(records, out_dir / "leaderboard.png", include_unofficial)
+    try:
+        return markdown, render_png(records, out_dir / "leaderboard.png", include_unofficial)
+    except ImportError as error:
+        print(f"warning: no PNG chart ({error}); install matplotlib to get one", file=sys.stderr)
+        return markdown, None

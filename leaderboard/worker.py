@@ -189,9 +189,12 @@ class Evaluation:
         from leaderboard.gate import compare_all, reference_attention
 
         p = self.problem
-        backend = "inductor" if self.cuda else "eager"
-        log(f"torch.compile(Fn.apply, backend={backend!r}); correctness gate under a random dO")
-        self.flash = self.torch.compile(self.Fn.apply, backend=backend)
+        if self.cuda:  # the official harness, literally
+            log("flash = torch.compile(Fn.apply); correctness gate under a random dO")
+            self.flash = self.torch.compile(self.Fn.apply)
+        else:  # no C++ compiler needed: dynamo traces, nothing is code-generated
+            log("flash = torch.compile(Fn.apply, backend='eager'); correctness gate under a random dO")
+            self.flash = self.torch.compile(self.Fn.apply, backend="eager")
         q, k, v = (self.randn(*p.shape, requires_grad=True) for _ in range(3))
         do = self.randn(*p.shape)
         inputs = {"Q": q, "K": k, "V": v, "dO": do}
