@@ -69,6 +69,13 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return run_selftest(args.out, dry_run=args.dry_run, only=args.only)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1; got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from leaderboard.selftest import DEFAULT_OUT
 
@@ -81,19 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
     speed = run.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="short timings (rep 1 s) for iterating; not ranked")
     speed.add_argument("--dry-run", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
-    run.add_argument("--repeats", type=int, default=1, help="time the official loop this many times (reports the median and spread)")
-    run.add_argument("--store", type=Path, default=None, help=f"results store (default {DEFAULT_STORE}; dry runs: none)")
+    run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
+    run.add_argument("--store", type=Path, default=None, help="results store (default leaderboard/results/records.jsonl; dry runs: none)")
     run.set_defaults(handler=cmd_run)
 
     table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
-    table.add_argument("--store", type=Path, default=DEFAULT_STORE)
-    table.add_argument("--out", type=Path, default=DEFAULT_STORE.parent, help="folder for leaderboard.md and leaderboard.png")
+    table.add_argument("--store", type=Path, default=DEFAULT_STORE, help="results store (default leaderboard/results/records.jsonl)")
+    table.add_argument("--out", type=Path, default=DEFAULT_STORE.parent, help="folder for leaderboard.md and leaderboard.png (default leaderboard/results)")
     table.add_argument("--all", action="store_true", help="also rank --quick and --dry-run runs (marked)")
     table.set_defaults(handler=cmd_table)
 
     selftest = commands.add_parser("selftest", help="the reference, the honest slow fixture and every cheat fixture")
     selftest.add_argument("--dry-run", action="store_true", help="CPU: only the fixtures a CPU can judge")
-    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default leaderboard/results/selftest)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
     selftest.set_defaults(handler=cmd_selftest)
     return parser

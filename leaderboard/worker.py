@@ -428,7 +428,6 @@ def environment() -> dict:
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
-        "host": platform.node(),
     }
 
 
