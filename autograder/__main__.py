@@ -30,6 +30,7 @@ def _grade(args: argparse.Namespace) -> int:
         out=Path(args.out),
         problems=[name for name in args.problems.split(",") if name] if args.problems else None,
         keyword=args.k,
+        tests=[nodeid for nodeid in args.tests.split(",") if nodeid] if args.tests else None,
         suites=tuple(args.suites.split(",")),
         test_timeout_s=args.test_timeout,
         total_timeout_s=args.timeout,
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", default="results", help="directory for results.json (default: ./results)")
     grade.add_argument("--problems", help="comma-separated problem names to grade (default: all)")
     grade.add_argument("-k", help="pytest -k expression to select tests (partial grade)")
+    grade.add_argument("--tests", help="comma-separated test node ids to grade, e.g. "
+                       "tests/test_nsys_profile.py::test_profiled_training_phases_in_order (partial grade)")
     grade.add_argument("--suites", default="visible,hidden", help="comma-separated: visible, hidden")
     grade.add_argument("--test-timeout", type=float, help="seconds one test may run (default: manifest)")
     grade.add_argument("--timeout", type=float, help="seconds the whole grade may run (default: manifest)")

@@ -46,6 +46,7 @@ class GradeOptions:
     out: Path | None = None
     problems: list[str] | None = None
     keyword: str | None = None
+    tests: list[str] | None = None
     suites: tuple[str, ...] = ("visible", "hidden")
     test_timeout_s: float | None = None
     total_timeout_s: float | None = None
@@ -71,6 +72,7 @@ class GradeReport:
     seconds: float = 0.0
     results_path: Path | None = None
     exit_code: int = 0
+    sandbox_user: str | None = None
 
 
 class _Printer:
@@ -241,7 +243,13 @@ def grade(options: GradeOptions) -> GradeReport:
         problems = [p for p in manifest.problems if p.name in options.problems]
     else:
         problems = list(manifest.problems)
-    complete = not options.problems and not options.keyword and set(options.suites) == set(SUITE_DIRS)
+    if options.tests:
+        chosen = {manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1]) for nodeid in options.tests}
+        if None in chosen:
+            raise SystemExit("grade: --tests: every node id must be in a test_<problem>*.py file of the manifest")
+        problems = [p for p in problems if p in chosen]
+    complete = (not options.problems and not options.keyword and not options.tests
+                and set(options.suites) == set(SUITE_DIRS))
     notes: list[str] = []
 
     if options.require_gpu and not _cuda_available():
@@ -282,6 +290,10 @@ def grade(options: GradeOptions) -> GradeReport:
         if uid is not None:
             _protect_staff_files(kit)
         files, unmapped = _test_files(kit, manifest, options.suites, problems)
+        if options.tests:
+            wanted_files = {nodeid.split("::", 1)[0] for nodeid in options.tests}
+            files = {suite: [p for p in paths if p.relative_to(kit).as_posix() in wanted_files]
+                     for suite, paths in files.items()}
         if unmapped:
             notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
         jobs = options.jobs or min(4, os.cpu_count() or 1)
@@ -304,7 +316,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 name=suite, files=shard_files, sandbox=sandbox_dir, workdir=workdir,
                 private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
                 crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
-                keyword=options.keyword, uid=uid, gid=gid, sweep_uid=user not in (None, "nobody"),
+                keyword=options.keyword, select=options.tests, uid=uid, gid=gid, sweep_uid=user not in (None, "nobody"),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit, shard=index,
             )
@@ -342,7 +354,7 @@ def grade(options: GradeOptions) -> GradeReport:
         if path:
             print(f"results: {path}")
         print(f"grade: finished in {seconds:.1f} s", flush=True)
-    return GradeReport(results, table, tests, merged, sandbox, seconds, path, 0)
+    return GradeReport(results, table, tests, merged, sandbox, seconds, path, 0, user)
 
 
 def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:

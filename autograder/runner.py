@@ -66,6 +66,7 @@ class SuiteSpec:
     crash_streak_limit: int = 3
     restart_limit: int = 25
     keyword: str | None = None
+    select: list[str] | None = None
     uid: int | None = None
     gid: int | None = None
     sweep_uid: bool = False
@@ -322,7 +323,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         if pending is not None:
             wanted = {nodeid.split("::", 1)[0] for nodeid in pending}
             files = [path for path in spec.files if path.relative_to(spec.kit).as_posix() in wanted]
-        child = _Child(spec, files, pending, index)
+        child = _Child(spec, files, pending if pending is not None else spec.select, index)
         index += 1
         current: str | None = None
         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S

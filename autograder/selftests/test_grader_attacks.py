@@ -1,0 +1,80 @@
+"""Every attack in autograder/fixtures/attacks gets the verdict its ATTACK.toml states.
+
+Each attack is graded once (two at a time, on the problems it names only), and every check
+below reads those reports: a valid results.json, 0 on every attacked test, full marks on the
+control problems, the promised words in the messages, the files left out of the sandbox, and
+no text of the hidden tests or the reference in what a student sees.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from autograder.fixtures.attacks.catalog import ATTACKS, KIT, materialize
+from autograder.grade import GradeOptions, grade
+from autograder.selftests.gradescope_schema import problems_with
+
+NAMES = [attack.name for attack in ATTACKS]
+
+
+@pytest.fixture(scope="module")
+def attack_grades():
+    """{attack name: (attack, GradeReport, results.json as written)}, graded once per session."""
+    root = Path(tempfile.mkdtemp(prefix="attack-grades-"))
+    root.chmod(0o755)
+
+    def run(attack):
+        submission = materialize(attack.name, root / attack.name / "submission")
+        out = root / attack.name / "out"
+        report = grade(GradeOptions(submission=submission, out=out, problems=list(attack.problems),
+                                    test_timeout_s=attack.test_timeout, quiet=True, jobs=2))
+        return attack.name, (attack, report, json.loads((out / "results.json").read_text()))
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            yield dict(pool.map(run, ATTACKS))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _entries(results: dict, problem: str) -> list[dict]:
+    return [entry for entry in results["tests"] if f" {problem} [" in entry["name"]]
+
+
+def test_the_catalog_is_not_empty():
+    assert len(ATTACKS) >= 10, NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attack_gets_its_verdict(attack_grades, name):
+    attack, report, written = attack_grades[name]
+    if attack.needs_sandbox and report.sandbox_user is None:
+        pytest.skip("only the unprivileged sandbox user stops this attack; grade as root to check it")
+    assert problems_with(written) == [], "results.json must stay valid"
+    assert written == report.results, "results.json must be the grader's, not the submission's"
+    for problem in attack.attacked:
+        entries = _entries(written, problem)
+        assert entries, f"no test of {problem} was graded"
+        earned = [entry["name"] for entry in entries if entry["score"] > 0 or entry["status"] == "passed"]
+        assert not earned, f"{name} earned points on {earned}"
+    for problem in attack.control:
+        entries = _entries(written, problem)
+        lost = [(e["name"], e["output"][:300]) for e in entries
+                if e["status"] != "passed" and not e["output"].startswith("not graded on this runner")]
+        assert entries and not lost, f"{name} must cost only the attacked tests; control tests lost: {lost}"
+    outputs = "\n".join(entry["output"] for problem in attack.attacked for entry in _entries(written, problem))
+    for word in attack.expect_output:
+        assert word in outputs, f"no attacked test's message mentions {word!r}:\n{outputs[:2000]}"
+    for item in attack.left_out:
+        assert any(line.startswith(item) for line in report.sandbox.left_out), (item, report.sandbox.left_out)
+    text = json.dumps(written)
+    for relative in attack.secret_files:
+        secret_lines = [line.strip() for line in (KIT / relative).read_text().splitlines() if len(line.strip()) > 30]
+        leaked = [line for line in secret_lines if json.dumps(line)[1:-1] in text]
+        assert not leaked, f"{relative} leaked into results.json: {leaked[:3]}"
