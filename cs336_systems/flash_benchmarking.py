@@ -52,8 +52,8 @@ def flash_benchmark_sweep(
     For each ``seq_len`` (outer loop), ``head_dim``, ``dtype`` (inner loop):
 
     1. Draw random Q, K, V of shape (batch_size, seq_len, head_dim) in ``dtype`` on ``device``
-       with ``requires_grad=True``, and a random dO of the same shape, once, shared by all
-       implementations.
+       with ``requires_grad=True``, and a random dO of the same shape, with ``torch.randn``,
+       once, shared by all implementations.
     2. For each implementation ``name`` (in the mapping's order), call ``bench`` exactly three
        times, in this order:
 

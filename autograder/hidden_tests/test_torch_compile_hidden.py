@@ -1,0 +1,67 @@
+"""Hidden tests of §2.2 torch_compile: compiled attention on other data, another shape, with a
+mask, and in float64; the compiled model shares the eager model's parameters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.assertions import assert_close
+from tests.model_spies import TINY_MODEL, compiled_once, spy_on_torch_compile
+
+
+def compiled_attention(adapters):
+    return compiled_once("attention", adapters.get_compiled_attention)[0]
+
+
+def compare(adapters, Q, K, V, mask, atol, context):
+    compiled = compiled_attention(adapters)
+    eager = adapters.get_scaled_dot_product_attention()
+    out = compiled(Q, K, V, mask)
+    expected = eager(Q, K, V, mask)
+    assert_close(out, expected, atol=atol, rtol=atol, what="output", context=context)
+    dO = torch.randn_like(expected)
+    grads = torch.autograd.grad(out, (Q, K, V), dO)
+    expected_grads = torch.autograd.grad(expected, (Q, K, V), dO)
+    for name, grad, expected_grad in zip("QKV", grads, expected_grads):
+        assert_close(grad, expected_grad, atol=atol, rtol=atol, what=f"d{name}", context=context)
+
+
+def test_same_shape_other_values(adapters):
+    generator = torch.Generator().manual_seed(11)
+    Q, K, V = (3 * torch.randn(2, 16, 8, generator=generator, requires_grad=True) for _ in range(3))
+    Q, K, V = (t.detach().requires_grad_() for t in (Q, K, V))
+    compare(adapters, Q, K, V, None, 1e-5, "(2, 16, 8) float32, larger values, no mask")
+
+
+def test_causal_mask_with_heads(adapters):
+    generator = torch.Generator().manual_seed(12)
+    Q, K, V = (torch.randn(2, 2, 8, 4, generator=generator, requires_grad=True) for _ in range(3))
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+    compare(adapters, Q, K, V, mask, 1e-5, "(batch 2, heads 2, seq 8, d 4) float32 with a causal mask")
+
+
+def test_compiled_model_shares_parameters(adapters, monkeypatch):
+    spy_on_torch_compile(monkeypatch, really_compile=False)
+    model = adapters.get_transformer_lm(model_overrides=TINY_MODEL)
+    compiled = adapters.run_compile_model(model)
+    tokens = torch.randint(0, 10_000, (1, 4))
+    with torch.no_grad():
+        before = compiled(tokens)
+        for parameter in model.parameters():
+            parameter.mul_(0.5)
+        after = compiled(tokens)
+    assert not torch.allclose(before, after), "the compiled model must use the eager model's parameters, not a copy"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_compiled_attention_matches_eager(adapters, dtype):
+    generator = torch.Generator("cuda").manual_seed(13)
+    Q, K, V = (
+        torch.randn(4, 8, 256, 64, generator=generator, device="cuda", dtype=dtype, requires_grad=True)
+        for _ in range(3)
+    )
+    mask = torch.ones(256, 256, dtype=torch.bool, device="cuda").tril()
+    atol = 1e-4 if dtype == torch.float32 else 3e-2
+    compare(adapters, Q, K, V, mask, atol, f"(4, 8, 256, 64) {dtype} on CUDA with a causal mask")

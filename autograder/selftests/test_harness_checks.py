@@ -1,0 +1,32 @@
+"""The harness checks of §1.1 reject the two classic timing bugs and accept a correct harness.
+
+The checks in tests/timing_checks.py are what the visible and hidden tests run on a student's
+``time_steps``; here they run on autograder/fixtures/broken_harnesses.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autograder.fixtures import broken_harnesses
+from tests import timing_checks
+
+REJECTED_BY = {
+    "times_warmup": [timing_checks.check_excludes_warmup, timing_checks.check_real_sync_is_timed],
+    "syncs_outside": [timing_checks.check_sync_inside_timed_region, timing_checks.check_real_sync_is_timed],
+}
+
+
+@pytest.mark.parametrize(
+    ("harness", "check"),
+    [(harness, check) for harness, checks in REJECTED_BY.items() for check in checks],
+    ids=lambda value: value if isinstance(value, str) else value.__name__,
+)
+def test_check_rejects_broken_harness(harness, check):
+    with pytest.raises(AssertionError):
+        check(getattr(broken_harnesses, harness))
+
+
+@pytest.mark.parametrize("check", timing_checks.ALL_CHECKS, ids=lambda check: check.__name__)
+def test_check_accepts_a_correct_harness(check):
+    check(broken_harnesses.correct)
