@@ -40,6 +40,7 @@ def _grade(args: argparse.Namespace) -> int:
         leaderboard=leaderboard,
         verbose=args.verbose,
         quiet=args.quiet,
+        zygote=not args.no_zygote,
     )
     if args.kit:
         options.kit = Path(args.kit)
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--leaderboard-json", help="JSON with the submission's leaderboard time(s) to report")
     grade.add_argument("--expect-full", action="store_true",
                        help="exit 1 unless every point gradable on this runner was earned (for checking the reference)")
+    grade.add_argument("--no-zygote", action="store_true",
+                       help="start every test process fresh instead of forking it from a warm one (slower)")
     grade.add_argument("--kit", help=argparse.SUPPRESS)
     grade.add_argument("-v", "--verbose", action="store_true", help="print every test as it finishes")
     grade.add_argument("-q", "--quiet", action="store_true", help="print nothing; just write results.json")

@@ -15,6 +15,7 @@ front door. The steps:
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import pwd
@@ -30,8 +31,9 @@ from pathlib import Path
 from autograder.manifest import Manifest, load_manifest
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
 from autograder.results import collect_tests, format_table, results_json, write_results
-from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, run_suite
+from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
 from autograder.sandbox import SandboxReport, SubmissionNotFound, build_sandbox
+from autograder.zygote import Zygote
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixtures", Path("reference"))
@@ -58,6 +60,7 @@ class GradeOptions:
     quiet: bool = False
     kit: Path = KIT
     manifest: Manifest | None = None
+    zygote: bool = True
 
 
 @dataclass
@@ -322,6 +325,9 @@ def grade(options: GradeOptions) -> GradeReport:
             )
             for suite, index, shard_files in shards
         ]
+        zygote = _zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
+        for spec in specs:
+            spec.zygote = zygote
         runs = _run_all(specs, jobs)
         printer.flush_all()
     finally:
@@ -355,6 +361,28 @@ def grade(options: GradeOptions) -> GradeReport:
             print(f"results: {path}")
         print(f"grade: finished in {seconds:.1f} s", flush=True)
     return GradeReport(results, table, tests, merged, sandbox, seconds, path, 0, user)
+
+
+_ZYGOTES: dict[tuple, Zygote] = {}
+
+
+def _zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
+    """A live zygote for these settings (started once per grader process), or None if it cannot start."""
+    if os.environ.get("CS336_GRADER_ZYGOTE", "1") == "0":
+        return None
+    key = (python, str(kit), threads, tuple(sorted(extra_env.items())))
+    zygote = _ZYGOTES.get(key)
+    if zygote is not None and zygote.alive:
+        return zygote
+    home = Path(tempfile.mkdtemp(prefix="cs336-zygote-"))
+    env = {**base_env(python, threads, extra_env), "HOME": str(home), "TMPDIR": str(home)}
+    try:
+        zygote = Zygote(python, kit, env, home)
+    except (OSError, RuntimeError):
+        return None
+    _ZYGOTES[key] = zygote
+    atexit.register(zygote.close)
+    return zygote
 
 
 def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:

@@ -77,6 +77,7 @@ class SuiteSpec:
     shard: int = 0
     python: str = sys.executable
     extra_env: dict[str, str] = field(default_factory=dict)
+    zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
 
 
 @dataclass
@@ -96,12 +97,36 @@ class SuiteRun:
 # -- the child process -----------------------------------------------------------------
 
 
-def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
-    """A clean environment: nothing of the grader's own, caches in the sandbox's work dir."""
-    work = spec.workdir
+def base_env(python: str, threads: int, extra_env: dict[str, str]) -> dict[str, str]:
+    """What every test process (and the zygote) gets: nothing of the grader's own environment
+    but PATH, locale, thread counts and the CUDA and Triton settings of the machine."""
     env = {
-        "PATH": f"{Path(spec.python).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "OMP_NUM_THREADS": str(threads),
+    }
+    for name, value in os.environ.items():
+        if name in env or not name.startswith(_PASSED_THROUGH):
+            continue
+        if name.startswith("TRITON_") and (name.endswith("_DIR") or name == "TRITON_HOME"):
+            continue  # Triton's caches and dumps stay inside the sandbox
+        env[name] = value
+    for name, value in extra_env.items():
+        env[name] = f"{value}:{env[name]}" if name == "LD_LIBRARY_PATH" and name in env else value
+    return env
+
+
+def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
+    """A clean environment: ``base_env`` plus home, temp and cache folders in the sandbox's work dir."""
+    work = spec.workdir
+    env = base_env(spec.python, spec.threads, spec.extra_env)
+    env.update({
         "HOME": str(work / "home"),
+        "TRITON_HOME": str(work / "home"),
         "USER": "sandbox",
         "LOGNAME": "sandbox",
         "TMPDIR": str(work / "tmp"),
@@ -109,23 +134,8 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
         "TRITON_CACHE_DIR": str(work / "cache" / "triton"),
         "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
         "MPLCONFIGDIR": str(work / "cache" / "matplotlib"),
-        "MPLBACKEND": "Agg",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "OMP_NUM_THREADS": str(spec.threads),
         "CS336_GRADER_RUN": run_id,
-    }
-    env["TRITON_HOME"] = env["HOME"]
-    for name, value in os.environ.items():
-        if name in env or not name.startswith(_PASSED_THROUGH):
-            continue
-        if name.startswith("TRITON_") and (name.endswith("_DIR") or name == "TRITON_HOME"):
-            continue  # Triton's caches and dumps stay inside the sandbox
-        env[name] = value
-    for name, value in spec.extra_env.items():
-        env[name] = f"{value}:{env[name]}" if name == "LD_LIBRARY_PATH" and name in env else value
+    })
     return env
 
 
@@ -163,22 +173,25 @@ class _Child:
             run_only_arg = str(path)
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         log = open(self.log_path, "wb")
-        command = [
-            spec.python, "-I", "-B", str(Path(__file__).resolve().parent / "sandboxed_pytest.py"),
-            str(spec.kit), str(key_read), str(record_write), run_only_arg,
-            "-" if spec.uid is None else str(spec.uid), "-" if spec.gid is None else str(spec.gid),
-            "--", *pytest_args(spec, files),
-        ]
-        self.process = subprocess.Popen(
-            command,
-            cwd=spec.workdir,
-            env=child_env(spec, self.run_id),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(key_read, record_write),
-            start_new_session=True,
-        )
+        script = str(Path(__file__).resolve().parent / "sandboxed_pytest.py")
+        uid_args = ["-" if spec.uid is None else str(spec.uid), "-" if spec.gid is None else str(spec.gid)]
+        env = child_env(spec, self.run_id)
+        zygote = spec.zygote if spec.zygote is not None and spec.zygote.alive else None
+        if zygote is not None:
+            argv = [script, str(spec.kit), "3", "4", run_only_arg, *uid_args, "--", *pytest_args(spec, files)]
+            null = os.open(os.devnull, os.O_RDONLY)
+            try:
+                self.process = zygote.spawn(argv, env, spec.workdir,
+                                            {0: null, 1: log.fileno(), 2: log.fileno(), 3: key_read, 4: record_write})
+            finally:
+                os.close(null)
+        else:
+            command = [spec.python, "-I", "-B", script, str(spec.kit), str(key_read), str(record_write), run_only_arg,
+                       *uid_args, "--", *pytest_args(spec, files)]
+            self.process = subprocess.Popen(
+                command, cwd=spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(key_read, record_write), start_new_session=True,
+            )
         log.close()
         os.close(key_read)
         os.close(record_write)
