@@ -1,0 +1,173 @@
+"""Shared pieces of the hidden FlashAttention-2 tests: secret seeds and the checks beyond accuracy.
+
+Staff only (never shipped). Read by autograder/hidden_tests/test_flash_*_hidden.py.
+
+Seeds: every hidden case draws its inputs from ``hidden_seed(label)``, a hash of the case's
+label and a secret. The secret is ``$CS336_HIDDEN_SEED`` when the grader sets it (set a new one
+each term), else a fixed constant that never leaves this directory. Students see the visible
+tests' seeds, never these.
+
+The checks here go beyond "is O close to the truth":
+``check_saved_tensors`` (L is the only (batch, n_queries) tensor, float32; nothing of
+n_queries x n_keys elements is saved), ``check_repeat_call`` (a second call with the same
+inputs gives the same O and does not touch the first call's result), ``check_compiled``
+(``torch.compile(Function.apply)`` matches the truth, forward and backward),
+``check_large_logits`` (scores near +-150 overflow exp() unless the running max is
+subtracted, and underflow the sum to 0 unless it starts at -inf) and ``check_sum_backward``
+(``o.sum().backward()`` hands the backward a dO with all-zero strides).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import torch
+
+from tests.assertions import assert_close, assert_meta
+from tests.flash_cases import FlashCase, saved_logsumexp, saved_tensors
+from tests.flash_reference import attention_float64
+from tests.flash_tolerances import tolerance
+
+SEED_ENV = "CS336_HIDDEN_SEED"
+_DEFAULT_SECRET = "cs336-systems-flash-7f3a9c1e2b"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# On a GPU, torch.compile's default backend (inductor), as the leaderboard uses it. On a CPU,
+# "aot_eager": the same graph capture (dynamo) and autograd tracing, which is where a Function
+# breaks under compile, without inductor's C++ build (20+ s per graph on a 2-core machine).
+COMPILE_BACKEND = "inductor" if torch.cuda.is_available() else "aot_eager"
+
+
+def hidden_seed(label: str) -> int:
+    """A 31-bit seed for the case ``label``, unpredictable without the secret."""
+    secret = os.environ.get(SEED_ENV) or _DEFAULT_SECRET
+    digest = hashlib.sha256(f"{secret}/{label}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def hidden_case(label: str, **fields) -> FlashCase:
+    """A FlashCase whose seed comes from ``label`` and the secret (device: CUDA when present)."""
+    fields.setdefault("device", DEVICE)
+    return FlashCase(seed=hidden_seed(label), **fields)
+
+
+def case_id(case: FlashCase) -> str:
+    """A short test id: '17x100-d32-float16-causal-sliced'."""
+    dtype = str(case.dtype).removeprefix("torch.")
+    return f"{case.batch}x{case.n_queries}x{case.n_keys}-d{case.d}-{dtype}-{'causal' if case.is_causal else 'full'}-{case.layout}"
+
+
+def check_saved_tensors(function: type[torch.autograd.Function], case: FlashCase) -> None:
+    """L is the only saved (batch, n_queries) tensor, is float32, and no saved tensor holds
+    n_queries * n_keys elements or more (no scores, probabilities or masks are kept).
+
+    Pick the case with batch * d < min(n_queries, n_keys), so that Q, K, V and O (batch * n * d
+    elements) stay below that bound.
+    """
+    context = case.repro(function.__name__)
+    Q, K, V = case.make_inputs(requires_grad=True)
+    O = function.apply(Q, K, V, case.is_causal)
+    L = saved_logsumexp(O, case.batch, case.n_queries, context)
+    assert_meta(L, shape=(case.batch, case.n_queries), dtype=torch.float32, what="saved logsumexp L", context=context)
+    limit = case.n_queries * case.n_keys
+    if case.batch * case.d >= min(case.n_queries, case.n_keys):
+        raise ValueError(f"pick a case with batch * d < min(n_queries, n_keys); got {case}")
+    for tensor in saved_tensors(O, context):
+        if tensor.numel() >= limit:
+            raise AssertionError(
+                f"the forward saved a tensor of shape {tuple(tensor.shape)} ({tensor.numel()} elements, at "
+                f"least n_queries * n_keys = {limit}) [{context}]. FlashAttention-2 saves only L, Q, K, V "
+                "and O; the backward recomputes scores, probabilities and masks tile by tile."
+            )
+
+
+def check_repeat_call(function: type[torch.autograd.Function], case: FlashCase) -> None:
+    """f(A) twice gives equal O and L, and a call on other inputs in between leaves f(A)'s result alone."""
+    context = case.repro(function.__name__)
+    Q, K, V = case.make_inputs(requires_grad=True)
+    first = function.apply(Q, K, V, case.is_causal)
+    first_L = saved_logsumexp(first, case.batch, case.n_queries, context).clone()
+    kept = first.detach().clone()
+    other = case.replace(seed=case.seed + 1).make_inputs(requires_grad=True)
+    function.apply(*other, case.is_causal)
+    if not torch.equal(first.detach(), kept):
+        assert_close(first, kept, atol=0.0, rtol=0.0, what="O of the first call, after a second call on other inputs",
+                     context=context + ". Return a fresh tensor from every call; never reuse an output buffer")
+    again = function.apply(Q, K, V, case.is_causal)
+    assert_close(again, kept, atol=0.0, rtol=0.0, what="O of a repeat call (must equal the first)", context=context)
+    again_L = saved_logsumexp(again, case.batch, case.n_queries, context)
+    assert_close(again_L, first_L, atol=0.0, rtol=0.0, what="L of a repeat call (must equal the first)", context=context)
+    truth = case.truth(Q, K, V)
+    assert_close(first, truth.O, **tolerance(case.dtype, "O"), what="O", context=context)
+
+
+def check_compiled(function: type[torch.autograd.Function], case: FlashCase, backward: bool) -> None:
+    """``torch.compile(function.apply)`` gives O (and, if ``backward``, dQ, dK, dV) within tolerance."""
+    backend = COMPILE_BACKEND
+    context = (
+        f"torch.compile({function.__name__}.apply, backend={backend!r})(Q, K, V, {case.is_causal}) with "
+        + case.repro(function.__name__)
+    )
+    torch._dynamo.reset()
+    compiled = torch.compile(function.apply, backend=backend)
+    Q, K, V = case.make_inputs(requires_grad=True)
+    dO = case.make_grad_output() if backward else None
+    O = compiled(Q, K, V, case.is_causal)
+    assert_meta(O, shape=tuple(Q.shape), dtype=case.dtype, what="O", context=context)
+    truth = case.truth(Q, K, V, dO)
+    assert_close(O, truth.O, **tolerance(case.dtype, "O"), what="O", context=context)
+    if backward:
+        grads = torch.autograd.grad(O, (Q, K, V), dO)
+        for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
+            assert_close(grad, expected, **tolerance(case.dtype, name), what=name, context=context + ", backward")
+
+
+def large_logit_inputs(batch: int, n: int, d: int, dtype: torch.dtype, seed: int, device: str):
+    """Q, K, V whose scores sit near -150 (even rows) or +150 (odd rows), spread by a few units.
+
+    exp(150) overflows float32 and exp(-150) underflows it, so only an online softmax that
+    subtracts its running max, started at -inf, gets these rows right.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    sign = torch.where(torch.arange(n) % 2 == 0, -1.0, 1.0)[None, :, None]  # (1, n, 1)
+    level = 150.0 / d**0.5  # q.k / sqrt(d) = level * sum(k) / sqrt(d), with sum(k) close to d
+    q = sign * level + 0.05 * torch.randn(batch, n, d, generator=generator)  # (batch, n, d)
+    k = 1.0 + 0.05 * torch.randn(batch, n, d, generator=generator)  # (batch, n, d)
+    v = torch.randn(batch, n, d, generator=generator)
+    return tuple(t.to(device=device, dtype=dtype).requires_grad_(True) for t in (q, k, v))
+
+
+def check_large_logits(function: type[torch.autograd.Function], *, batch: int, n: int, d: int, is_causal: bool,
+                       seed: int, device: str, backward: bool) -> None:
+    """O (and the gradients) are finite and match the truth for scores near +-150, in float32.
+
+    Tolerances are 10x the float32 ones: scores this large amplify tf32 rounding of Q and K
+    (an error of 150 * 2^-11 in a score), while the mistakes this catches give NaN or Inf.
+    """
+    context = (
+        f"{function.__name__}.apply(Q, K, V, {is_causal}) with scores near +-150: Q, K, V = "
+        f"large_logit_inputs(batch={batch}, n={n}, d={d}, dtype=torch.float32, seed={seed}, device={device!r}) "
+        "(autograder/hidden_tests/flash_hidden_checks.py)"
+    )
+    Q, K, V = large_logit_inputs(batch, n, d, torch.float32, seed, device)
+    O = function.apply(Q, K, V, is_causal)
+    dO = torch.randn(O.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device) if backward else None
+    truth = attention_float64(Q, K, V, is_causal, dO)
+    loose = {key: 10 * value for key, value in tolerance(torch.float32, "O").items()}
+    assert_close(O, truth.O, **loose, what="O", context=context)
+    if backward:
+        grads = torch.autograd.grad(O, (Q, K, V), dO)
+        for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
+            loose = {key: 10 * value for key, value in tolerance(torch.float32, name).items()}
+            assert_close(grad, expected, **loose, what=name, context=context + ", backward")
+
+
+def check_sum_backward(function: type[torch.autograd.Function], case: FlashCase) -> None:
+    """``O.sum().backward()`` (dO all ones with strides (0, 0, 0)) gives the right dQ, dK, dV."""
+    context = case.repro(function.__name__) + ", then O.sum().backward() (dO is an expanded tensor of ones)"
+    Q, K, V = case.make_inputs(requires_grad=True)
+    O = function.apply(Q, K, V, case.is_causal)
+    grads = torch.autograd.grad(O.sum(), (Q, K, V))
+    truth = case.truth(Q, K, V, torch.ones(O.shape, device=O.device, dtype=O.dtype))
+    for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
+        assert_close(grad, expected, **tolerance(case.dtype, name), what=name, context=context)
