@@ -1,0 +1,84 @@
+"""The points manifest is the one source of points: the handout agrees with it, every test maps to it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from autograder.manifest import ManifestError, load_manifest
+
+KIT = Path(__file__).resolve().parents[2]
+MANIFEST = load_manifest()
+
+
+def handout_points_table() -> list[tuple[str, str, float]]:
+    """(section, problem, points) rows of handout/README.md's points table."""
+    rows = []
+    for line in (KIT / "handout" / "README.md").read_text().splitlines():
+        match = re.match(r"^\|\s*(§[\d.]+)\s*\|\s*([a-z_0-9]+)\s*\|\s*([\d.]+)\s*\|", line)
+        if match:
+            rows.append((match.group(1), match.group(2), float(match.group(3))))
+    return rows
+
+
+def test_handout_points_table_matches_the_manifest():
+    table = handout_points_table()
+    manifest = [(problem.section, problem.name, problem.points) for problem in MANIFEST.problems]
+    assert table, "handout/README.md has no points table rows like '| §1.1 | name | 4 | ... |'"
+    assert table == manifest, (
+        "handout/README.md's points table and autograder/manifest.toml disagree (section, problem, points):\n"
+        f"handout:  {table}\nmanifest: {manifest}"
+    )
+
+
+def test_handout_section_headings_match_the_manifest():
+    text = (KIT / "handout" / "README.md").read_text()
+    for problem in MANIFEST.problems:
+        assert re.search(rf"^#+ {re.escape(problem.section)} {problem.name}\b", text, re.M), (
+            f"handout/README.md has no heading '{problem.section} {problem.name}'"
+        )
+
+
+@pytest.mark.parametrize("folder", ["tests", "autograder/hidden_tests"])
+def test_every_test_file_maps_to_a_problem(folder):
+    files = sorted((KIT / folder).glob("test_*.py"))
+    unmapped = [path.name for path in files
+                if MANIFEST.problem_of_file(path.name) is None and path.name not in MANIFEST.settings.ungraded]
+    assert not unmapped, f"{folder}: test files named after no problem of the manifest: {unmapped}"
+
+
+def test_every_graded_problem_has_visible_and_hidden_tests():
+    missing = []
+    for problem in MANIFEST.problems:
+        if problem.points == 0:
+            continue
+        for folder in ("tests", "autograder/hidden_tests"):
+            if not any(MANIFEST.problem_of_file(p.name) == problem for p in (KIT / folder).glob("test_*.py")):
+                missing.append(f"{folder}/test_{problem.name}*.py")
+    assert not missing, f"problems with points but no tests: {missing}"
+
+
+def test_problem_files_exist_in_the_stub_package():
+    for problem in MANIFEST.problems:
+        for file in problem.files:
+            assert (KIT / file).is_file(), f"[problems.{problem.name}] names {file}, which the kit does not have"
+
+
+def test_longest_problem_name_wins():
+    assert MANIFEST.problem_of_file("test_flash_forward_triton_hidden.py").name == "flash_forward_triton"
+    assert MANIFEST.problem_of_file("test_flash_backward.py").name == "flash_backward"
+    assert MANIFEST.problem_of_file("test_flash_benchmarking.py").name == "flash_benchmarking"
+    assert MANIFEST.problem_of_file("test_flashy.py") is None
+    assert MANIFEST.problem_of_file("conftest.py") is None
+
+
+def test_a_broken_manifest_is_refused_with_the_key_named(tmp_path):
+    bad = tmp_path / "manifest.toml"
+    bad.write_text('[problems.x]\nsection = "§1"\n')
+    with pytest.raises(ManifestError, match="points"):
+        load_manifest(bad)
+    bad.write_text('[grading]\nhidden_visibility = "sometimes"\n[problems.x]\nsection = "§1"\npoints = 1\n')
+    with pytest.raises(ManifestError, match="hidden_visibility"):
+        load_manifest(bad)

@@ -1,0 +1,132 @@
+"""Grading the reference gives every point; the stubs give none and say what to implement;
+every FlashAttention mutant loses points on the problem it breaks."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.fixtures.mutants.catalog import MUTANTS, materialize
+from autograder.grade import GradeOptions, grade
+from autograder.manifest import load_manifest
+from autograder.selftests.gradescope_schema import problems_with
+
+MANIFEST = load_manifest()
+NOT_GRADED = "not graded on this runner"
+
+
+def _problem(entry: dict) -> str:
+    return entry["name"].split(" ")[1]
+
+
+# -- the reference --------------------------------------------------------------------------
+
+
+def test_reference_results_json_is_valid(reference_grade):
+    assert problems_with(reference_grade[1]) == []
+
+
+def test_reference_earns_every_gradable_point(reference_grade):
+    report, results = reference_grade
+    lost = [(e["name"], e["output"][:500]) for e in results["tests"]
+            if e["status"] != "passed" and not e["output"].startswith(NOT_GRADED)]
+    assert not lost, f"the reference must pass every test this runner can grade; it failed {len(lost)}: {lost[:5]}"
+    if torch.cuda.is_available():
+        assert abs(results["score"] - MANIFEST.total_points) < 1e-3
+
+
+def test_reference_grade_covers_every_problem_and_point(reference_grade):
+    results = reference_grade[1]
+    graded = {_problem(entry) for entry in results["tests"]}
+    wanted = {problem.name for problem in MANIFEST.problems if problem.points > 0}
+    assert wanted <= graded, f"problems without a graded test: {sorted(wanted - graded)}"
+    assert abs(sum(e["max_score"] for e in results["tests"]) - MANIFEST.total_points) < 1e-2
+
+
+def test_reference_grade_reports_its_time_and_table(reference_grade):
+    report, results = reference_grade
+    assert report.seconds < 600, f"grading the reference took {report.seconds:.0f} s; the budget is 10 minutes"
+    assert "total" in report.table and "Graded on a" in results["output"]
+    for problem in MANIFEST.problems:
+        if problem.points:
+            assert problem.name in report.table
+
+
+def test_gpu_only_tests_keep_their_points_on_cpu(reference_grade):
+    results = reference_grade[1]
+    not_graded = [e for e in results["tests"] if e["output"].startswith(NOT_GRADED)]
+    if torch.cuda.is_available():
+        assert not not_graded
+    else:
+        assert all(e["max_score"] > 0 and e["score"] == 0 for e in not_graded)
+        assert "need a GPU runner" in results["output"]
+
+
+# -- the stubs ------------------------------------------------------------------------------
+
+
+def test_stub_package_scores_zero(stub_grade):
+    report, results = stub_grade
+    assert problems_with(results) == []
+    assert results["score"] == 0, [e["name"] for e in results["tests"] if e["score"] > 0]
+    assert len(results["tests"]) == len(reference_grade_names(results)), "the stub grade must grade every test"
+
+
+def reference_grade_names(results: dict) -> list[str]:
+    return [entry["name"] for entry in results["tests"]]
+
+
+def test_every_stub_failure_names_what_to_implement(stub_grade):
+    results = stub_grade[1]
+    vague = []
+    for entry in results["tests"]:
+        output = entry["output"]
+        if output.startswith(NOT_GRADED):
+            continue
+        if not ("is not implemented yet" in output and "cs336_systems/" in output and "§" in output):
+            vague.append((entry["name"], output[:300]))
+    assert not vague, f"{len(vague)} stub failures do not name the file, function and handout section: {vague[:5]}"
+
+
+def test_stub_grade_matches_reference_grade_test_for_test(stub_grade, reference_grade):
+    stubs = sorted(reference_grade_names(stub_grade[1]))
+    reference = sorted(reference_grade_names(reference_grade[1]))
+    assert stubs == reference
+
+
+# -- the mutants ----------------------------------------------------------------------------
+
+GRADABLE_MUTANTS = [m for m in MUTANTS if not m.gpu_only or torch.cuda.is_available()]
+
+
+@pytest.fixture(scope="module")
+def mutant_grades():
+    """{mutant name: results} for each mutant graded on the hidden tests that must catch it."""
+    root = Path(tempfile.mkdtemp(prefix="mutant-grades-"))
+    root.chmod(0o755)
+
+    def run(mutant):
+        submission = materialize(mutant.name, root / mutant.name)
+        report = grade(GradeOptions(submission=submission, out=None, tests=list(mutant.caught_by), quiet=True))
+        return mutant.name, report.results
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            yield dict(pool.map(run, GRADABLE_MUTANTS))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mutant", GRADABLE_MUTANTS, ids=[m.name for m in GRADABLE_MUTANTS])
+def test_mutant_loses_points_on_the_problems_it_breaks(mutant_grades, mutant):
+    results = mutant_grades[mutant.name]
+    assert problems_with(results) == []
+    for problem in mutant.breaks:
+        entries = [e for e in results["tests"] if _problem(e) == problem]
+        earned, possible = sum(e["score"] for e in entries), sum(e["max_score"] for e in entries)
+        assert entries and earned < possible, f"{mutant.name} ({mutant.mistake}) must lose points on {problem}"
