@@ -8,7 +8,7 @@ dtype, flags, seed), then gives the numbers a student needs to start debugging:
       actual: shape (2, 17, 16), dtype torch.float16, strides (272, 16, 1)
       tolerance: |actual - expected| <= atol + rtol * |expected| with atol=0.01, rtol=0.01
       max abs error 0.3125 at index (1, 16, 3) (actual 0.1 vs expected 0.4125)
-      max rel error 0.7575 at index (1, 16, 3)
+      max rel error 0.7575 at index (1, 16, 3) (over elements with |expected| > atol)
       34 of 544 elements (6.25%) outside tolerance; first at index (0, 9, 0): actual ... vs expected ...
       non-finite values in actual: 0
 
@@ -90,7 +90,9 @@ def assert_close(
         index = _index(flat, a.shape)
         return f"index {index} (actual {a[index].item():.6g} vs expected {e[index].item():.6g})"
 
-    relative = error / e.abs().clamp_min(1e-12)
+    # Relative error only where |expected| > atol: near zero it says nothing.
+    meaningful = e.abs() > atol
+    relative = torch.where(meaningful, error / e.abs().clamp_min(1e-30), torch.zeros_like(error))
     max_abs_flat = int(error.flatten().argmax())
     max_rel_flat = int(relative.flatten().argmax())
     first_bad_flat = int(bad.flatten().nonzero()[0, 0])
@@ -101,7 +103,12 @@ def assert_close(
         f"  actual: {describe(actual)}",
         f"  tolerance: |actual - expected| <= atol + rtol * |expected| with atol={atol:g}, rtol={rtol:g}",
         f"  max abs error {error.flatten()[max_abs_flat].item():.6g} at {at(max_abs_flat)}",
-        f"  max rel error {relative.flatten()[max_rel_flat].item():.6g} at index {_index(max_rel_flat, a.shape)}",
+        (
+            f"  max rel error {relative.flatten()[max_rel_flat].item():.6g} at index {_index(max_rel_flat, a.shape)}"
+            f" (over elements with |expected| > atol)"
+            if bool(meaningful.any())
+            else "  max rel error: n/a (every |expected| <= atol)"
+        ),
         f"  {n_bad} of {total} elements ({100.0 * n_bad / total:.3g}%) outside tolerance; first at {at(first_bad_flat)}",
         f"  non-finite values in actual: {n_nonfinite}",
     ]
