@@ -16,6 +16,8 @@ Hints:
   bfloat16 gives wrong answers in triton 3.6: upcast dot operands to float32 there
   (``UPCAST_DOTS``). On a GPU, ``tl.dot`` of float32 inputs uses tf32 unless you ask for
   ``input_precision="ieee"`` (``IEEE_DOTS``).
+* Under ``torch.compile`` (the leaderboard) a Python float argument such as ``scale`` arrives as
+  float64: ``scale = tl.cast(scale, tl.float32)`` first, or scores and accumulator turn float64.
 * Backward (§2.5): recompute P from L; avoid atomics by giving dK/dV and dQ separate kernels
   (one program per key tile, looping over query tiles; one per query tile, looping over keys).
 """

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from cs336_systems.flash_attention_inputs import TRITON_INTERPRET, check_flash_attention_inputs
+from cs336_systems.flash_attention_inputs import SUPPORTED_HEAD_DIMS, TRITON_INTERPRET, check_flash_attention_inputs
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * log2(e))
 LN2 = tl.constexpr(0.6931471805599453)  # log(x) = log2(x) * ln(2)
@@ -48,12 +48,12 @@ MASK_VALUE_LOG2 = tl.constexpr(-1e6 * 1.4426950408889634)  # the contract's -1e6
 
 
 @triton.jit
-def _dot(a, b, IEEE_DOTS: tl.constexpr):
-    """a @ b with float32 accumulation; IEEE float32 products when the inputs are float32."""
+def _dot(a, b, acc, IEEE_DOTS: tl.constexpr):
+    """acc + a @ b, accumulated in float32 (acc may be None); IEEE float32 products for float32 inputs."""
     if IEEE_DOTS:
-        return tl.dot(a, b, input_precision="ieee")
+        return tl.dot(a, b, acc, input_precision="ieee")
     else:
-        return tl.dot(a, b)
+        return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -65,20 +65,25 @@ def _fwd_key_tile(
 
     Scores are kept in log2 units (s = q.k * scale * log2 e) so that exp2 can be used.
     MASKED tiles get the causal -1e6 where key > query and -inf for keys past N_KEYS (padding,
-    which must weigh exactly nothing); unmasked tiles are known to need neither.
+    which must weigh exactly nothing); unmasked tiles are known to need neither, and there the
+    scaling and the max subtraction fuse into one multiply-add per score.
     """
-    s = _dot(q, tl.trans(k), IEEE_DOTS) * qk_scale  # (Bq, Bk)
+    qk = _dot(q, tl.trans(k), None, IEEE_DOTS)  # (Bq, Bk) raw scores
     if MASKED:
+        s = qk * qk_scale
         if IS_CAUSAL:
             s = tl.where(offs_k[None, :] > offs_q[:, None], s + MASK_VALUE_LOG2, s)
         s = tl.where(offs_k[None, :] < N_KEYS, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))  # (Bq,)
+        p = tl.math.exp2(s - m_new[:, None])  # (Bq, Bk)
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)  # scale > 0, so max commutes with it
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
 
-    # -- update running max, rescale the old sum and accumulator, add this tile --
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))  # (Bq,)
-    p = tl.math.exp2(s - m_new[:, None])  # (Bq, Bk)
+    # -- rescale the old sum and accumulator, add this tile --
     alpha = tl.math.exp2(m_i - m_new)  # (Bq,)  0 on the first tile (m_i = -inf)
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE_DOTS)  # (Bq, D)
+    acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], IEEE_DOTS)  # (Bq, D)
     return m_new, l_i, acc
 
 
@@ -106,7 +111,7 @@ def flash_fwd_kernel(
     q_tile = tl.program_id(0)
     if IS_CAUSAL:  # later query tiles see more keys: start them first so the tail is short
         q_tile = tl.num_programs(0) - 1 - q_tile
-    b = tl.program_id(1)
+    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     q_start = q_tile * Q_TILE_SIZE
     offs_q = q_start + tl.arange(0, Q_TILE_SIZE)  # (Bq,) query indices
     offs_k = tl.arange(0, K_TILE_SIZE)  # (Bk,) key offsets within a tile
@@ -122,6 +127,9 @@ def flash_fwd_kernel(
     m_i = tl.full([Q_TILE_SIZE], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([Q_TILE_SIZE], dtype=tl.float32)
     acc = tl.zeros([Q_TILE_SIZE, D], dtype=tl.float32)
+    # torch.compile passes Python floats as float64: without this cast the scores, and then the
+    # accumulator, would be promoted to float64 (and tl.dot rejects a float64 accumulator).
+    scale = tl.cast(scale, tl.float32)
     qk_scale = scale * LOG2E
 
     # Key tiles [0, full_end) are whole and wholly visible: no masks at all.
@@ -175,7 +183,7 @@ def flash_bwd_preprocess_kernel(
     Q_TILE_SIZE: tl.constexpr,
 ):
     """Delta[b, i] = sum_d O[b, i, d] * dO[b, i, d] in float32 (= rowsum(P * dP)). Grid (cdiv(N_QUERIES, Q_TILE_SIZE), batch)."""
-    b = tl.program_id(1)
+    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     offs_q = tl.program_id(0) * Q_TILE_SIZE + tl.arange(0, Q_TILE_SIZE)
     offs_d = tl.arange(0, D)
     q_in = offs_q[:, None] < N_QUERIES
@@ -216,7 +224,8 @@ def _bwd_dkdv_query_tile(
         do = do.to(tl.float32)
 
     # -- recompute P^T from the saved logsumexp --
-    s_t = _dot(k, tl.trans(q), IEEE_DOTS) * qk_scale  # (Bk, Bq) log2 units
+    s_t = _dot(k, tl.trans(q), None, IEEE_DOTS) * qk_scale  # (Bk, Bq) log2 units
+    dp_t = _dot(v, tl.trans(do), None, IEEE_DOTS)  # (Bk, Bq) dP^T = V dO^T, needs no P
     p_t = tl.math.exp2(s_t - lse[None, :] * LOG2E)  # (Bk, Bq)
     if MASKED:
         visible = offs_q[None, :] < N_QUERIES
@@ -225,10 +234,9 @@ def _bwd_dkdv_query_tile(
         p_t = tl.where(visible, p_t, 0.0)
 
     # -- dV += P^T dO;  dS^T = P^T * (dP^T - Delta);  dK += dS^T Q (scaled by the caller) --
-    dv += _dot(p_t.to(do.dtype), do, IEEE_DOTS)  # (Bk, D)
-    dp_t = _dot(v, tl.trans(do), IEEE_DOTS)  # (Bk, Bq)
+    dv = _dot(p_t.to(do.dtype), do, dv, IEEE_DOTS)  # (Bk, D)
     ds_t = p_t * (dp_t - delta[None, :])  # (Bk, Bq)
-    dk += _dot(ds_t.to(q.dtype), q, IEEE_DOTS)  # (Bk, D)
+    dk = _dot(ds_t.to(q.dtype), q, dk, IEEE_DOTS)  # (Bk, D)
     return dk, dv
 
 
@@ -254,7 +262,7 @@ def flash_bwd_dkdv_kernel(
 ):
     """One program: dK and dV of one key tile of one batch element, summed over query tiles.
     Grid (cdiv(N_KEYS, K_TILE_SIZE), batch). No two programs write the same element: no atomics."""
-    b = tl.program_id(1)
+    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     k_start = tl.program_id(0) * K_TILE_SIZE
     offs_k = k_start + tl.arange(0, K_TILE_SIZE)
     offs_d = tl.arange(0, D)
@@ -266,6 +274,9 @@ def flash_bwd_dkdv_kernel(
         v = v.to(tl.float32)
     dk = tl.zeros([K_TILE_SIZE, D], dtype=tl.float32)
     dv = tl.zeros([K_TILE_SIZE, D], dtype=tl.float32)
+    # torch.compile passes Python floats as float64: without this cast the scores, and then the
+    # accumulator, would be promoted to float64 (and tl.dot rejects a float64 accumulator).
+    scale = tl.cast(scale, tl.float32)
     qk_scale = scale * LOG2E
     Q_ptr += b * stride_qb
     dO_ptr += b * stride_dob
@@ -338,16 +349,16 @@ def _bwd_dq_key_tile(
         k = k.to(tl.float32)
         v = v.to(tl.float32)
 
-    s = _dot(q, tl.trans(k), IEEE_DOTS) * qk_scale  # (Bq, Bk) log2 units
+    s = _dot(q, tl.trans(k), None, IEEE_DOTS) * qk_scale  # (Bq, Bk) log2 units
+    dp = _dot(do, tl.trans(v), None, IEEE_DOTS)  # (Bq, Bk) dP = dO V^T, needs no P
     p = tl.math.exp2(s - lse[:, None])  # (Bq, Bk)  lse already in log2 units
     if MASKED:
         visible = offs_k[None, :] < N_KEYS
         if IS_CAUSAL:
             visible = visible & (offs_k[None, :] <= offs_q[:, None])
         p = tl.where(visible, p, 0.0)
-    dp = _dot(do, tl.trans(v), IEEE_DOTS)  # (Bq, Bk)
     ds = p * (dp - delta[:, None])  # (Bq, Bk)
-    dq += _dot(ds.to(k.dtype), k, IEEE_DOTS)  # (Bq, D)
+    dq = _dot(ds.to(k.dtype), k, dq, IEEE_DOTS)  # (Bq, D)
     return dq
 
 
@@ -375,7 +386,7 @@ def flash_bwd_dq_kernel(
     q_tile = tl.program_id(0)
     if IS_CAUSAL:
         q_tile = tl.num_programs(0) - 1 - q_tile
-    b = tl.program_id(1)
+    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     q_start = q_tile * Q_TILE_SIZE
     offs_q = q_start + tl.arange(0, Q_TILE_SIZE)
     offs_d = tl.arange(0, D)
@@ -388,6 +399,9 @@ def flash_bwd_dq_kernel(
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     dq = tl.zeros([Q_TILE_SIZE, D], dtype=tl.float32)
+    # torch.compile passes Python floats as float64: without this cast the scores, and then the
+    # accumulator, would be promoted to float64 (and tl.dot rejects a float64 accumulator).
+    scale = tl.cast(scale, tl.float32)
     qk_scale = scale * LOG2E
     K_ptr += b * stride_kb
     V_ptr += b * stride_vb
@@ -442,7 +456,7 @@ def forward_config(d: int, dtype: torch.dtype) -> TileConfig:
     if dtype == torch.float32:
         return TileConfig(64, 32, num_warps=4, num_stages=2)
     if d <= 64:
-        return TileConfig(128, 64, num_warps=4, num_stages=3)
+        return TileConfig(128, 64, num_warps=8, num_stages=3)
     return TileConfig(128, 64, num_warps=8, num_stages=2)
 
 
@@ -451,9 +465,9 @@ def backward_configs(d: int, dtype: torch.dtype) -> tuple[TileConfig, TileConfig
     if TRITON_INTERPRET:
         return _INTERPRETER_CONFIG, _INTERPRETER_CONFIG
     if dtype == torch.float32:
-        return TileConfig(32, 64, num_warps=4, num_stages=1), TileConfig(64, 32, num_warps=4, num_stages=1)
+        return TileConfig(32, 64, num_warps=4, num_stages=2), TileConfig(64, 32, num_warps=4, num_stages=2)
     if d <= 64:
-        return TileConfig(64, 128, num_warps=8, num_stages=2), TileConfig(128, 64, num_warps=8, num_stages=2)
+        return TileConfig(128, 128, num_warps=8, num_stages=3), TileConfig(128, 64, num_warps=8, num_stages=3)
     return TileConfig(32, 128, num_warps=8, num_stages=2), TileConfig(128, 32, num_warps=8, num_stages=2)
 
 
@@ -464,6 +478,28 @@ def _dot_flags(dtype: torch.dtype) -> dict[str, bool]:
     }
 
 
+def _check_int32_offsets(**tensors: torch.Tensor) -> None:
+    """Raise ValueError if an offset inside one batch element would overflow the kernels' int32 index math."""
+    for name, t in tensors.items():
+        extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape[1:], t.stride()[1:]))
+        if extent >= 2**31:
+            raise ValueError(
+                f"{name} {tuple(t.shape)} with strides {t.stride()} spans {extent} elements per batch entry, "
+                "more than the kernels' int32 offsets reach (2**31); split the sequence or the batch"
+            )
+
+
+def _static_head_dim(d) -> int:
+    """d as a plain int. Under torch.compile with dynamic shapes d can arrive symbolic; the kernels
+    need it as a constant twice over: D is a tl.constexpr, and scale = 1/sqrt(d) must be a plain
+    float (a symbolic float argument breaks the compiled kernel call). Comparing with each
+    supported size makes torch.compile specialise on the one that matches."""
+    for supported in SUPPORTED_HEAD_DIMS:
+        if d == supported:
+            return supported
+    raise ValueError(f"head dim d={d} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+
+
 def flash_forward_triton(
     Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool, config: TileConfig | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -471,8 +507,10 @@ def flash_forward_triton(
 
     Returns O (B, Nq, d) in Q's dtype and L (B, Nq) float32 (natural-log logsumexp).
     """
-    batch, n_queries, d = Q.shape
+    batch, n_queries, _ = Q.shape
     n_keys = K.shape[1]
+    d = _static_head_dim(Q.shape[2])
+    _check_int32_offsets(Q=Q, K=K, V=V)
     cfg = config or forward_config(d, Q.dtype)
     O = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
     L = torch.empty((batch, n_queries), device=Q.device, dtype=torch.float32)  # (B, Nq)
@@ -493,6 +531,73 @@ def flash_forward_triton(
     return O, L
 
 
+def launch_bwd_preprocess(O: torch.Tensor, dO: torch.Tensor, q_tile: int = 64) -> torch.Tensor:
+    """Delta = rowsum(O * dO) in float32, shape (B, Nq). O and dO may have any strides."""
+    batch, n_queries, _ = O.shape
+    d = _static_head_dim(O.shape[2])
+    delta = torch.empty((batch, n_queries), device=O.device, dtype=torch.float32)  # (B, Nq)
+    flash_bwd_preprocess_kernel[(triton.cdiv(n_queries, q_tile), batch)](
+        O, dO, delta,
+        O.stride(0), O.stride(1), O.stride(2),
+        dO.stride(0), dO.stride(1), dO.stride(2),
+        delta.stride(0), delta.stride(1),
+        n_queries, D=d, Q_TILE_SIZE=q_tile,
+    )
+    return delta
+
+
+def launch_bwd_dkdv(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, L: torch.Tensor, delta: torch.Tensor,
+    is_causal: bool, config: TileConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dK, dV (B, Nk, d) in K's and V's dtype, one program per key tile."""
+    batch, n_queries, _ = Q.shape
+    n_keys = K.shape[1]
+    d = _static_head_dim(Q.shape[2])
+    dK = torch.empty((batch, n_keys, d), device=K.device, dtype=K.dtype)  # (B, Nk, d)
+    dV = torch.empty((batch, n_keys, d), device=V.device, dtype=V.dtype)  # (B, Nk, d)
+    flash_bwd_dkdv_kernel[(triton.cdiv(n_keys, config.k_tile), batch)](
+        Q, K, V, dO, L, delta, dK, dV,
+        Q.stride(0), Q.stride(1), Q.stride(2),
+        K.stride(0), K.stride(1), K.stride(2),
+        V.stride(0), V.stride(1), V.stride(2),
+        dO.stride(0), dO.stride(1), dO.stride(2),
+        L.stride(0), L.stride(1),
+        delta.stride(0), delta.stride(1),
+        dK.stride(0), dK.stride(1), dK.stride(2),
+        dV.stride(0), dV.stride(1), dV.stride(2),
+        n_queries, n_keys, 1.0 / math.sqrt(d),
+        D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return dK, dV
+
+
+def launch_bwd_dq(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, L: torch.Tensor, delta: torch.Tensor,
+    is_causal: bool, config: TileConfig,
+) -> torch.Tensor:
+    """dQ (B, Nq, d) in Q's dtype, one program per query tile."""
+    batch, n_queries, _ = Q.shape
+    n_keys = K.shape[1]
+    d = _static_head_dim(Q.shape[2])
+    dQ = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
+    flash_bwd_dq_kernel[(triton.cdiv(n_queries, config.q_tile), batch)](
+        Q, K, V, dO, L, delta, dQ,
+        Q.stride(0), Q.stride(1), Q.stride(2),
+        K.stride(0), K.stride(1), K.stride(2),
+        V.stride(0), V.stride(1), V.stride(2),
+        dO.stride(0), dO.stride(1), dO.stride(2),
+        L.stride(0), L.stride(1),
+        delta.stride(0), delta.stride(1),
+        dQ.stride(0), dQ.stride(1), dQ.stride(2),
+        n_queries, n_keys, 1.0 / math.sqrt(d),
+        D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return dQ
+
+
 def flash_backward_triton(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -507,53 +612,11 @@ def flash_backward_triton(
 
     dO may have any strides, including the all-zero strides of ``o.sum().backward()``.
     """
-    batch, n_queries, d = Q.shape
-    n_keys = K.shape[1]
-    dkdv_cfg, dq_cfg = configs or backward_configs(d, Q.dtype)
-    scale = 1.0 / math.sqrt(d)
-    flags = _dot_flags(Q.dtype)
-
-    delta = torch.empty((batch, n_queries), device=Q.device, dtype=torch.float32)  # (B, Nq)
-    pre_tile = 64
-    flash_bwd_preprocess_kernel[(triton.cdiv(n_queries, pre_tile), batch)](
-        O, dO, delta,
-        O.stride(0), O.stride(1), O.stride(2),
-        dO.stride(0), dO.stride(1), dO.stride(2),
-        delta.stride(0), delta.stride(1),
-        n_queries, D=d, Q_TILE_SIZE=pre_tile,
-    )
-
-    dK = torch.empty((batch, n_keys, d), device=K.device, dtype=K.dtype)  # (B, Nk, d)
-    dV = torch.empty((batch, n_keys, d), device=V.device, dtype=V.dtype)  # (B, Nk, d)
-    flash_bwd_dkdv_kernel[(triton.cdiv(n_keys, dkdv_cfg.k_tile), batch)](
-        Q, K, V, dO, L, delta, dK, dV,
-        Q.stride(0), Q.stride(1), Q.stride(2),
-        K.stride(0), K.stride(1), K.stride(2),
-        V.stride(0), V.stride(1), V.stride(2),
-        dO.stride(0), dO.stride(1), dO.stride(2),
-        L.stride(0), L.stride(1),
-        delta.stride(0), delta.stride(1),
-        dK.stride(0), dK.stride(1), dK.stride(2),
-        dV.stride(0), dV.stride(1), dV.stride(2),
-        n_queries, n_keys, scale,
-        D=d, Q_TILE_SIZE=dkdv_cfg.q_tile, K_TILE_SIZE=dkdv_cfg.k_tile, IS_CAUSAL=is_causal, **flags,
-        num_warps=dkdv_cfg.num_warps, num_stages=dkdv_cfg.num_stages,
-    )
-
-    dQ = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
-    flash_bwd_dq_kernel[(triton.cdiv(n_queries, dq_cfg.q_tile), batch)](
-        Q, K, V, dO, L, delta, dQ,
-        Q.stride(0), Q.stride(1), Q.stride(2),
-        K.stride(0), K.stride(1), K.stride(2),
-        V.stride(0), V.stride(1), V.stride(2),
-        dO.stride(0), dO.stride(1), dO.stride(2),
-        L.stride(0), L.stride(1),
-        delta.stride(0), delta.stride(1),
-        dQ.stride(0), dQ.stride(1), dQ.stride(2),
-        n_queries, n_keys, scale,
-        D=d, Q_TILE_SIZE=dq_cfg.q_tile, K_TILE_SIZE=dq_cfg.k_tile, IS_CAUSAL=is_causal, **flags,
-        num_warps=dq_cfg.num_warps, num_stages=dq_cfg.num_stages,
-    )
+    _check_int32_offsets(dO=dO)
+    dkdv_config, dq_config = configs or backward_configs(_static_head_dim(Q.shape[2]), Q.dtype)
+    delta = launch_bwd_preprocess(O, dO)  # (B, Nq)
+    dK, dV = launch_bwd_dkdv(Q, K, V, dO, L, delta, is_causal, dkdv_config)
+    dQ = launch_bwd_dq(Q, K, V, dO, L, delta, is_causal, dq_config)
     return dQ, dK, dV
 
 
