@@ -63,5 +63,5 @@ def test_gpu_compiled_attention_matches_eager(adapters, dtype):
         for _ in range(3)
     )
     mask = torch.ones(256, 256, dtype=torch.bool, device="cuda").tril()
-    atol = 1e-4 if dtype == torch.float32 else 3e-2
+    atol = 1e-4 if dtype == torch.float32 else 5e-2
     compare(adapters, Q, K, V, mask, atol, f"(4, 8, 256, 64) {dtype} on CUDA with a causal mask")
