@@ -214,6 +214,12 @@ def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[s
     return files, unmapped
 
 
+def _default_jobs() -> int:
+    """Test processes at a time: up to 4 on CPU; 2 where a GPU is present, so that timings stay honest."""
+    cpus = os.cpu_count() or 1
+    return min(2 if os.path.exists("/dev/nvidiactl") else 4, cpus)
+
+
 def _shards(files: dict[str, list[Path]], jobs: int) -> list[tuple[str, int, list[Path]]]:
     """Split each suite's files into shards (one process chain each), balancing file sizes."""
     suites = [suite for suite in files if files[suite]]
@@ -299,7 +305,7 @@ def grade(options: GradeOptions) -> GradeReport:
                      for suite, paths in files.items()}
         if unmapped:
             notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
-        jobs = options.jobs or min(4, os.cpu_count() or 1)
+        jobs = options.jobs or _default_jobs()
         shards = _shards(files, jobs)
         test_timeout = options.test_timeout_s or settings.test_timeout_s
         deadline = started + (options.total_timeout_s or settings.total_timeout_s)
@@ -346,6 +352,9 @@ def grade(options: GradeOptions) -> GradeReport:
         lines.append(f"The test process was restarted {restarts} time(s) after a crash, hang or tampering; "
                      "see the failed tests' messages.")
     lines += notes
+    slowest = sorted((o for run in merged for o in run.outcomes.values()), key=lambda o: -o.duration)[:5]
+    if slowest and slowest[0].duration >= 1.0:
+        lines.append("Slowest tests: " + "; ".join(f"{o.nodeid.rsplit('/', 1)[-1]} {o.duration:.1f} s" for o in slowest))
     output = "\n".join(lines)
     results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard)
     path = None
