@@ -1,14 +1,16 @@
 """The five model sizes of the assignment, as one table (provided: read it, don't rewrite it).
 
-| size   | d_model | d_ff   | num_layers | num_heads |
-| ------ | ------- | ------ | ---------- | --------- |
-| small  | 768     | 3072   | 12         | 12        |
-| medium | 1024    | 4096   | 24         | 16        |
-| large  | 1280    | 5120   | 36         | 20        |
-| xl     | 1600    | 6400   | 48         | 25        |
-| 2.7B   | 2560    | 10240  | 32         | 32        |
+| size   | d_model | d_ff   | num_layers | num_heads | parameters |
+| ------ | ------- | ------ | ---------- | --------- | ---------- |
+| small  | 768     | 3072   | 12         | 12        | 128.6M     |
+| medium | 1024    | 4096   | 24         | 16        | 423.2M     |
+| large  | 1280    | 5120   | 36         | 20        | 969.4M     |
+| xl     | 1600    | 6400   | 48         | 25        | 1998.2M    |
+| 2.7B   | 2560    | 10240  | 32         | 32        | 3406.8M    |
 
-Every size uses a vocabulary of 10,000 tokens; benchmarks use batch size 4. Build a model with
+Every size uses a vocabulary of 10,000 tokens; benchmarks use batch size 4. The names are the
+assignment's; the parameter counts are this model's (SwiGLU has three d_ff matrices per layer,
+and the embedding and the LM head are not tied), counted on the ``meta`` device. Build a model with
 :func:`build_model`; ``overrides`` shrinks it for quick runs on a laptop CPU, for example
 ``build_model("small", overrides={"num_layers": 1, "d_model": 64, "d_ff": 128, "num_heads": 2})``.
 """
