@@ -39,7 +39,7 @@ _COMMON = dict(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
 )
-settings.register_profile("cpu", max_examples=6, **_COMMON)
+settings.register_profile("cpu", max_examples=8, **_COMMON)
 settings.register_profile("gpu", max_examples=60, **_COMMON)
 settings.register_profile("thorough", max_examples=400, **_COMMON)
 
