@@ -207,7 +207,13 @@ class _Child:
             return []
         ready, _, _ = select.select([self.record_read], [], [], max(0.0, timeout))
         if not ready:
-            return []
+            if self.process.poll() is not None:  # exited, but a leftover process may hold the pipe open
+                ready, _, _ = select.select([self.record_read], [], [], 0.5)
+                if not ready:
+                    self.eof = True
+                    return []
+            else:
+                return []
         chunk = os.read(self.record_read, 1 << 16)
         if not chunk:
             self.eof = True
@@ -367,6 +373,8 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                             gpu.update({item["nodeid"]: bool(item["gpu"]) for item in record["items"]})
                         collected = True
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
+                    elif kind == "finished":
+                        child.eof = True
                     elif kind == "start":
                         current = record["nodeid"]
                         test_deadline = time.monotonic() + spec.test_timeout_s

@@ -7,7 +7,8 @@ interpreter as any test process, that imports those libraries and then only fork
 sets its own environment, folder and file descriptors and runs autograder/sandboxed_pytest.py
 as if it had been started fresh. The zygote never imports test or student code and holds no
 secret (each run's key reaches only its child, through a pipe). It never touches CUDA, so
-children can.
+children can. It is a child subreaper: a daemon that a test process leaves behind becomes the
+zygote's child when that process ends, and the zygote kills it.
 
 Protocol over a Unix socket: the grader sends one JSON request per child with its file
 descriptors attached (``{"argv", "env", "cwd", "fds": [child fd numbers]}``); the zygote
@@ -80,16 +81,26 @@ def serve(control_fd: int) -> None:
     import autograder.pytest_plugin  # noqa: F401
 
     control = socket.socket(fileno=control_fd)
+    _become_subreaper()
     control.sendall(b'{"ready": true}\n')
     children: set[int] = set()
     buffer = b""
+    rounds = 0
     while True:
         ready, _, _ = select.select([control], [], [], 0.05)
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in children:
                 children.discard(pid)
                 control.sendall(json.dumps({"exit": pid, "status": _returncode(status)}).encode() + b"\n")
+        rounds += 1
+        if rounds % 10 == 0:
+            _kill_orphans(children)
         if not ready:
             continue
         message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 16)
@@ -109,6 +120,34 @@ def serve(control_fd: int) -> None:
             fds = []
             children.add(pid)
             control.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _become_subreaper() -> None:
+    """Make processes orphaned by a test process (daemons) our children, so that we can end them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_orphans(children: set[int]) -> None:
+    """Kill every child of ours that is not a test process: what a test process left behind."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in children:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == me:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _returncode(status: int) -> int:
@@ -132,6 +171,12 @@ class ZygoteProcess:
         self._zygote = zygote
         self.pid = pid
         self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:

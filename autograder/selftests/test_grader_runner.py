@@ -31,6 +31,7 @@ def toy_grade():
         report = grade(GradeOptions(submission=submission, out=root / "out", kit=kit, manifest=manifest,
                                     quiet=True, jobs=2))
         written = json.loads((root / "out" / "results.json").read_text())
+        report.toy_root = root
         yield report, written
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -44,12 +45,12 @@ def test_results_json_is_valid_and_matches_the_report(toy_grade):
     report, written = toy_grade
     assert problems_with(written) == []
     assert written == report.results
-    assert len(written["tests"]) == 9 + 4 + 4
+    assert len(written["tests"]) == 10 + 4 + 4
 
 
 def test_honest_tests_pass_around_crashes(toy_grade):
     tests = _by_test(toy_grade[1])
-    for name in ("test_add", "test_still_graded", "test_secret", "test_after_exit"):
+    for name in ("test_add", "test_still_graded", "test_secret", "test_after_exit", "test_leaves_a_daemon"):
         assert tests[name]["status"] == "passed", tests[name]["output"]
         assert tests[name]["score"] == tests[name]["max_score"] > 0
 
@@ -85,6 +86,30 @@ def test_gpu_tests_keep_their_points_but_are_not_graded_on_cpu(toy_grade):
         assert entry["status"] == "failed" and entry["max_score"] > 0
         assert entry["output"].startswith("not graded on this runner")
         assert "need a GPU runner" in toy_grade[1]["output"]
+
+
+def test_a_leftover_daemon_neither_stalls_nor_outlives_the_grade(toy_grade):
+    import time
+
+    report, _ = toy_grade
+    assert report.seconds < 120, f"the toy grade took {report.seconds:.0f} s: something waited on a leftover process"
+    time.sleep(1.0)  # the zygote sweeps orphans twice a second
+    marker = str(report.toy_root).encode()
+    daemons = [pid for pid in os.listdir("/proc") if pid.isdigit() and _is_toy_daemon(pid, marker)]
+    assert not daemons, f"processes the toy submission left behind are still running: {daemons}"
+
+
+def _is_toy_daemon(pid: str, marker: bytes) -> bool:
+    """A live fork of one of this toy grade's processes (``marker`` on its command line), other than
+    the zygote, whose parent is this process."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            command = handle.read()
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return False
+    return marker in command and int(fields[1]) != os.getpid() and fields[0] != b"Z"
 
 
 def test_points_are_shared_by_problem(toy_grade):

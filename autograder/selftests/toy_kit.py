@@ -63,6 +63,9 @@ def test_still_graded(adapters):
 def test_pytest_exit(adapters):
     assert adapters.pytest_exit() == 1
 
+def test_leaves_a_daemon(adapters):
+    assert adapters.leave_a_daemon() == 1
+
 @pytest.mark.gpu
 def test_needs_gpu(adapters):
     assert adapters.add(1, 1) == 2
@@ -146,6 +149,14 @@ def pytest_exit():
 
 def os_exit():
     os._exit(0)
+
+
+def leave_a_daemon():
+    if os.fork() == 0:  # a child that outlives the test process, holding its pipes open
+        os.setsid()
+        time.sleep(600)
+        os._exit(0)
+    return 1
 
 
 def read_hidden():
