@@ -81,7 +81,7 @@ def assert_close(
     error = (a - e).abs()
     error = torch.where(finite, error, torch.full_like(error, float("inf")))
     allowed = atol + rtol * e.abs()
-    bad = error > allowed
+    bad = (error > allowed) | ~finite  # NaN compares False: count non-finite values explicitly
     n_bad = int(bad.sum())
     if n_bad == 0:
         return

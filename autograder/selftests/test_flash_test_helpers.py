@@ -1,0 +1,91 @@
+"""The pieces every FlashAttention-2 test leans on are themselves right.
+
+Staff only. Checks tests/flash_reference.py (the truth) against PyTorch's own attention,
+the chunked truth against the float64 one, tests/assertions.py's verdicts and messages, and
+that tests/flash_cases.py's layouts really are what they claim.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.assertions import assert_close, assert_meta
+from tests.flash_cases import LAYOUTS, FlashCase
+from tests.flash_reference import attention_chunked, attention_float64
+from tests.flash_tolerances import QUANTITIES, TOLERANCES, tolerance
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_queries,n_keys", [(37, 37), (19, 50), (50, 19), (1, 9)])
+def test_float64_truth_matches_pytorch_attention(n_queries, n_keys, is_causal):
+    """SDPA's is_causal is top-left aligned too; -1e6 and -inf agree when no row is fully masked."""
+    case = FlashCase(batch=2, n_queries=n_queries, n_keys=n_keys, d=32, dtype=torch.float64, is_causal=is_causal, seed=3)
+    Q, K, V = (t.requires_grad_(True) for t in case.make_inputs())
+    dO = case.make_grad_output()
+    truth = attention_float64(Q, K, V, is_causal, dO)
+    O = F.scaled_dot_product_attention(Q, K, V, is_causal=is_causal)
+    grads = torch.autograd.grad(O, (Q, K, V), dO)
+    scores = Q @ K.transpose(1, 2) / 32**0.5
+    if is_causal:
+        scores = scores.masked_fill(torch.ones(n_queries, n_keys, dtype=torch.bool).triu(1), float("-inf"))
+    for expected, actual in zip((O, torch.logsumexp(scores, -1), *grads), truth):
+        torch.testing.assert_close(actual, expected.detach(), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_chunked_truth_matches_float64(is_causal):
+    case = FlashCase(batch=2, n_queries=300, n_keys=200, d=32, dtype=torch.bfloat16, is_causal=is_causal,
+                     layout="mixed", seed=5)
+    Q, K, V = case.make_inputs()
+    dO = case.make_grad_output()
+    exact = attention_float64(Q, K, V, is_causal, dO)
+    chunked = attention_chunked(Q, K, V, is_causal, dO, chunk=64)
+    for name, a, e in zip(QUANTITIES, chunked, exact):
+        assert_close(a, e, atol=1e-5, rtol=1e-5, what=name, context="chunked vs float64 truth")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layouts_hold_the_same_values(layout):
+    plain = FlashCase(batch=2, n_queries=5, n_keys=7, d=16, seed=1)
+    laid = plain.replace(layout=layout)
+    for a, b in zip(plain.make_inputs(), laid.make_inputs(requires_grad=True)):
+        assert torch.equal(a, b.detach())
+    Q, K, V = laid.make_inputs()
+    if layout != "contiguous":
+        assert not (Q.is_contiguous() and K.is_contiguous() and V.is_contiguous())
+    assert torch.equal(plain.make_grad_output(), laid.make_grad_output())
+
+
+def test_assert_close_passes_equal_and_reports_mismatch():
+    expected = torch.zeros(2, 3, 4)
+    assert_close(expected.clone(), expected, atol=0.0, rtol=0.0)
+    actual = expected.clone()
+    actual[1, 2, 3] = 0.5
+    actual[0, 1, 0] = 0.25
+    with pytest.raises(AssertionError) as info:
+        assert_close(actual, expected, atol=0.1, rtol=0.1, what="O", context="case X")
+    message = str(info.value)
+    assert "O mismatch [case X]" in message
+    assert "max abs error 0.5 at index (1, 2, 3)" in message
+    assert "2 of 24 elements" in message and "first at index (0, 1, 0)" in message
+
+
+def test_assert_close_fails_on_nan_even_where_expected_is_nan():
+    expected = torch.tensor([1.0, float("nan")])
+    with pytest.raises(AssertionError, match="non-finite values in actual: 1"):
+        assert_close(expected.clone(), expected, atol=1.0, rtol=1.0)
+
+
+def test_assert_meta_names_shape_and_dtype():
+    with pytest.raises(AssertionError, match=r"shape \(2, 3\), expected \(2, 4\); dtype torch.float16"):
+        assert_meta(torch.zeros(2, 3, dtype=torch.float16), shape=(2, 4), dtype=torch.float32, what="L")
+
+
+def test_every_dtype_and_quantity_has_a_tolerance():
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for quantity in QUANTITIES:
+            tol = tolerance(dtype, quantity)
+            assert 0 < tol["atol"] <= 0.1 and 0 <= tol["rtol"] <= 0.1
+    assert set(TOLERANCES) == {torch.float32, torch.float16, torch.bfloat16}
