@@ -11,8 +11,8 @@ for the other side). In order, the plugin:
    root privileges to the sandbox user when the grader asks for it, so that student code,
    which is first imported by the first test, cannot read the hidden tests' files or
    write anything of the grader's;
-4. per test: sends "start" before it runs and "result" after its teardown, failing the test
-   when the harness was patched during it.
+4. per test (through hooks built in step 3, see ``_reporter``): sends "start" before it runs
+   and "result" after its teardown, failing the test when the harness was patched during it.
 
 Student code shares this process, so these records are only as honest as the process; the
 signatures stop forged files and printed lines, the tamper guard catches patched harnesses,
@@ -25,6 +25,7 @@ import ctypes
 import json
 import os
 import time
+import types
 
 import pytest
 
@@ -108,9 +109,6 @@ class GraderPlugin:
         self._uid = sandbox_uid
         self._gid = sandbox_gid
         self._signer: Signer | None = None
-        self._guard: TamperGuard | None = None
-        self._phases: dict[str, dict] = {}
-        self._started: dict[str, float] = {}
 
     # -- setup --------------------------------------------------------------------------
 
@@ -139,51 +137,72 @@ class GraderPlugin:
 
         items = [{"nodeid": item.nodeid, "gpu": item.get_closest_marker("gpu") is not None} for item in session.items]
         self._signer.send({"type": "collected", "items": items, "cuda": bool(torch.cuda.is_available())})
-        self._guard = TamperGuard(trusted_roots=_trusted_roots(session.config)).photograph()
+        guard = TamperGuard(trusted_roots=_trusted_roots(session.config)).photograph()
+        session.config.pluginmanager.register(_reporter(self._signer, guard), "cs336-grader-reporter")
         if self._uid is not None:
             drop_privileges(self._uid, self._gid)
-
-    # -- per test -----------------------------------------------------------------------
-
-    def pytest_runtest_logstart(self, nodeid, location):
-        self._phases[nodeid] = {}
-        self._started[nodeid] = time.monotonic()
-        self._signer.send({"type": "start", "nodeid": nodeid})
-
-    def pytest_runtest_logreport(self, report):
-        phases = self._phases.setdefault(report.nodeid, {})
-        phases[report.when] = report
-        if report.when != "teardown":
-            return
-        self._signer.send(self._verdict(report.nodeid, phases))
-
-    def _verdict(self, nodeid: str, phases: dict) -> dict:
-        duration = time.monotonic() - self._started.pop(nodeid, time.monotonic())
-        changes = self._guard.changes() if self._guard is not None else []
-        record = {"type": "result", "nodeid": nodeid, "duration": round(duration, 3)}
-        if changes:
-            return {**record, "outcome": "tampered", "message": "; ".join(changes), "text": ""}
-        for when in ("setup", "call", "teardown"):
-            report = phases.get(when)
-            if report is None:
-                continue
-            if report.failed:
-                return {**record, "outcome": "failed", "phase": when, "message": _crash_line(report),
-                        "text": _text(report)}
-            if report.skipped:
-                return {**record, "outcome": "skipped", "phase": when, "message": _crash_line(report),
-                        "text": ""}
-            if hasattr(report, "wasxfail"):
-                return {**record, "outcome": "failed", "phase": when,
-                        "message": f"marked xfail ({report.wasxfail}); an expected failure earns no points",
-                        "text": ""}
-        if "call" not in phases:
-            return {**record, "outcome": "failed", "phase": "call", "message": "the test body never ran", "text": ""}
-        return {**record, "outcome": "passed"}
 
     def pytest_sessionfinish(self, session, exitstatus):
         if self._signer is not None:
             self._signer.send({"type": "finished", "exitstatus": int(exitstatus)})
+
+
+def _verdict(nodeid: str, phases: dict, duration: float, changes: list[str]) -> dict:
+    """The result record of one test from its setup/call/teardown reports."""
+    record = {"type": "result", "nodeid": nodeid, "duration": round(duration, 3)}
+    if changes:
+        return {**record, "outcome": "tampered", "message": "; ".join(changes), "text": ""}
+    for when in ("setup", "call", "teardown"):
+        report = phases.get(when)
+        if report is None:
+            continue
+        if report.failed:
+            return {**record, "outcome": "failed", "phase": when, "message": _crash_line(report),
+                    "text": _text(report)}
+        if report.skipped:
+            return {**record, "outcome": "skipped", "phase": when, "message": _crash_line(report), "text": ""}
+        if hasattr(report, "wasxfail"):
+            return {**record, "outcome": "failed", "phase": when,
+                    "message": f"marked xfail ({report.wasxfail}); an expected failure earns no points", "text": ""}
+    if "call" not in phases:
+        return {**record, "outcome": "failed", "phase": "call", "message": "the test body never ran", "text": ""}
+    return {**record, "outcome": "passed"}
+
+
+def _reporter(signer: Signer, guard: TamperGuard) -> types.SimpleNamespace:
+    """The per-test hooks, built before any student code runs.
+
+    Everything they call is captured here, in closures, together with the code objects it must
+    still have: student code that later replaces a function of this module, a method of the
+    guard or of the signer, or their code, finds the hooks still calling the originals, and
+    the originals reporting the change.
+    """
+    changes, verdict, send = guard.changes, _verdict, signer.send
+    originals = ((changes.__func__, changes.__func__.__code__), (verdict, verdict.__code__),
+                 (send.__func__, send.__func__.__code__), (_crash_line, _crash_line.__code__),
+                 (_text, _text.__code__))
+    clock, phases_of, started_at = time.monotonic, {}, {}
+
+    def own_code_changed() -> list[str]:
+        return [f"the grader's {function.__name__} was replaced" for function, code in originals
+                if function.__code__ is not code]
+
+    def pytest_runtest_logstart(nodeid, location):
+        phases_of[nodeid] = {}
+        started_at[nodeid] = clock()
+        send({"type": "start", "nodeid": nodeid})
+
+    def pytest_runtest_logreport(report):
+        phases = phases_of.setdefault(report.nodeid, {})
+        phases[report.when] = report
+        if report.when != "teardown":
+            return
+        duration = clock() - started_at.pop(report.nodeid, clock())
+        found = own_code_changed() + changes()
+        send(verdict(report.nodeid, phases, duration, found))
+
+    return types.SimpleNamespace(pytest_runtest_logstart=pytest_runtest_logstart,
+                                 pytest_runtest_logreport=pytest_runtest_logreport)
 
 
 def load_run_only(path: str | None) -> list[str] | None:

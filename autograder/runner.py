@@ -376,6 +376,9 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                     elif kind == "finished":
                         child.eof = True
                     elif kind == "start":
+                        if current is not None and pending is not None and current in pending:
+                            settle(current, Verdict(current, "failed", "the test process reported no verdict for this "
+                                                    "test (the grader's reporting was interfered with)"), crash=True)
                         current = record["nodeid"]
                         test_deadline = time.monotonic() + spec.test_timeout_s
                     elif kind == "result":
