@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU acceptance checks, run on an H200 from the repo root:
+#   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|benchmark|leaderboard ...]
+# With no step names it runs tests, grade, tolerances and benchmark. Each step's console output
+# goes to LOGDIR/<step>.log; with PACK=FILE.tgz set, LOGDIR is also packed into FILE after each
+# step. The records of past runs live beside this script.
+set -uo pipefail
+logdir=${1:?usage: bash gpu_checks/run.sh LOGDIR [steps...]}
+shift
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests grade tolerances benchmark)
+mkdir -p "$logdir"
+export PYTHONUNBUFFERED=1
+status=0
+
+{
+    date -u +"%Y-%m-%dT%H:%M:%SZ"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import sys, torch, triton, numpy; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}, numpy {numpy.__version__}")'
+} | tee "$logdir/stack.log"
+
+run_step() {
+    local name=$1; shift
+    echo "=== $name: $*"
+    local start=$SECONDS
+    "$@" 2>&1 | tee "$logdir/$name.log"
+    local rc=${PIPESTATUS[0]}
+    echo "=== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$logdir/$name.log"
+    [ "$rc" -eq 0 ] || status=1
+    # Pack the logs after every step, so a run stopped at its time limit still returns them.
+    if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$logdir" .; fi
+}
+
+for step in "${steps[@]}"; do
+    case $step in
+        tests) run_step tests python3 -m pytest tests autograder/hidden_tests --submission reference \
+                   -m gpu -p no:cacheprovider -q --durations=15 ;;
+        grade) run_step grade python3 -m autograder grade reference --require-gpu --expect-full \
+                   --out "$logdir/grade" ;;
+        tolerances) run_step tolerances python3 -m autograder.tools.measure_tolerances \
+                   --submission reference --cases 100 ;;
+        benchmark) run_step benchmark python3 benchmarks/flash_attention_benchmark.py --quick \
+                   --out "$logdir/benchmark" ;;
+        leaderboard) run_step leaderboard python3 -m leaderboard selftest ;;
+        *) echo "unknown step $step (valid: tests grade tolerances benchmark leaderboard)"; exit 2 ;;
+    esac
+done
+exit $status
