@@ -126,3 +126,22 @@ def test_hidden_tests_cannot_be_read_by_student_code(toy_grade):
     assert entry["status"] == "failed"
     assert "hidden-beta-expected-value" not in json.dumps(written)
     assert "unreadable" in entry["output"] or "read:" in entry["output"], entry["output"]
+
+
+def test_the_total_time_limit_fails_what_is_left_and_still_writes_results(tmp_path_factory):
+    root = Path(tempfile.mkdtemp(prefix="toy-kit-"))
+    root.chmod(0o755)
+    try:
+        kit, submission, manifest = build_toy_kit(root)
+        tests = ["tests/test_alpha.py::test_add", "tests/test_alpha.py::test_hang", "tests/test_alpha.py::test_still_graded"]
+        report = grade(GradeOptions(submission=submission, out=root / "out", kit=kit, manifest=manifest, quiet=True,
+                                    tests=tests, test_timeout_s=60, total_timeout_s=8))
+        written = json.loads((root / "out" / "results.json").read_text())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert problems_with(written) == []
+    outputs = {entry["name"].rsplit("::", 1)[1]: entry for entry in written["tests"]}
+    assert outputs["test_add"]["status"] == "passed"
+    assert "grading time limit" in outputs["test_hang"]["output"]
+    assert outputs["test_still_graded"]["status"] == "failed" and "time limit" in outputs["test_still_graded"]["output"]
+    assert report.seconds < 30
