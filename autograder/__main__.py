@@ -44,7 +44,18 @@ def _grade(args: argparse.Namespace) -> int:
     )
     if args.kit:
         options.kit = Path(args.kit)
-    report = grade(options)
+    try:
+        report = grade(options)
+    except Exception:  # a grader bug: still leave a valid results.json that says so
+        import traceback
+
+        from autograder.results import write_results
+
+        write_results(options.out / "results.json", {
+            "score": 0, "execution_time": 0, "tests": [],
+            "output": "The grader failed; please tell the course staff (this is not your fault).\n"
+                      + traceback.format_exc()[-3000:]})
+        raise
     if report.exit_code:
         return report.exit_code
     if args.expect_full:

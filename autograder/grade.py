@@ -406,7 +406,12 @@ def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
                 if not queue:
                     return
                 index, spec = queue.pop(0)
-            results[index] = run_suite(spec)
+            try:
+                results[index] = run_suite(spec)
+            except Exception as error:  # noqa: BLE001 - a grader bug must cost this shard, not the grade
+                failed = SuiteRun(spec.name, files=[p.relative_to(spec.kit).as_posix() for p in spec.files])
+                failed.startup_failure = f"the grader failed while running these tests: {type(error).__name__}: {error}"
+                results[index] = failed
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(jobs, len(specs))))]
     for thread in threads:

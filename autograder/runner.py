@@ -177,15 +177,18 @@ class _Child:
         uid_args = ["-" if spec.uid is None else str(spec.uid), "-" if spec.gid is None else str(spec.gid)]
         env = child_env(spec, self.run_id)
         zygote = spec.zygote if spec.zygote is not None and spec.zygote.alive else None
+        self.process = None
         if zygote is not None:
             argv = [script, str(spec.kit), "3", "4", run_only_arg, *uid_args, "--", *pytest_args(spec, files)]
             null = os.open(os.devnull, os.O_RDONLY)
             try:
                 self.process = zygote.spawn(argv, env, spec.workdir,
                                             {0: null, 1: log.fileno(), 2: log.fileno(), 3: key_read, 4: record_write})
+            except (OSError, RuntimeError):
+                self.process = None  # the zygote is gone: start this one fresh
             finally:
                 os.close(null)
-        else:
+        if self.process is None:
             command = [spec.python, "-I", "-B", script, str(spec.kit), str(key_read), str(record_write), run_only_arg,
                        *uid_args, "--", *pytest_args(spec, files)]
             self.process = subprocess.Popen(
