@@ -173,7 +173,8 @@ def format_table(tests: list[GradedTest], problems: list[Problem]) -> str:
         top = sum(test.max_score for test in mine)
         total, maximum = total + score, maximum + top
         gpu_points += sum(test.max_score for test in gpu)
-        mark = "" if abs(score - top) < 1e-9 else "  <"
+        gradable_here = top - sum(test.max_score for test in gpu)
+        mark = "  < lost points" if score + 1e-9 < gradable_here else ""
         lines.append(f"{problem.section:<8}{problem.name:<24}{cells[0]:>9}{cells[1]:>9}"
                      f"{(str(len(gpu)) if gpu else '-'):>11}{f'{score:.2f} / {top:.2f}':>15}{mark}")
     lines.append("-" * len(header))
