@@ -34,15 +34,6 @@ SUITES = ("tests", "autograder/hidden_tests")
 PROVIDED_TESTS = re.compile(r"^tests/test_provided_\w*\.py$")
 GPU_SKIP = "needs a CUDA GPU"
 STUB_ERROR = ("NotImplementedError", re.compile(r"cs336_systems/\w+\.py"), re.compile(r"§\d+\.\d+"))
-# Tests known to turn the stubs' NotImplementedError into a message without file and section.
-# Each entry is a debt: the test it names must let the error (or its message) through. The
-# check below fails once an entry no longer matches anything, so that it gets removed.
-KNOWN_VIOLATIONS = {
-    re.compile(r"^tests/test_flash_\w+\.py::test_flash_\w+_rejects_bad_input\["): (
-        "tests/flash_bad_inputs.py: assert_rejects replaces NotImplementedError by "
-        "'implement the function first' without the error's message"
-    ),
-}
 RUN_TIMEOUT_S = 1800
 
 
@@ -134,7 +125,7 @@ def test_stubs_fail_every_test_with_not_implemented(runs):
         "both submissions must collect the same tests; only on the stubs: "
         f"{sorted(stub_names - reference_names)[:10]}, only on the reference: {sorted(reference_names - stub_names)[:10]}"
     )
-    wrong, used = [], set()
+    wrong = []
     for case in run.cases:
         if PROVIDED_TESTS.match(case.file):
             if case.outcome != "passed":
@@ -143,13 +134,7 @@ def test_stubs_fail_every_test_with_not_implemented(runs):
             if GPU_SKIP not in case.message:
                 wrong.append(case)
         elif case.outcome != "failed" or not _names_stub_error(case.message):
-            known = [pattern for pattern in KNOWN_VIOLATIONS if pattern.search(f"{case.file}::{case.name}")]
-            if known and case.outcome == "failed" and "NotImplementedError" in case.message:
-                used.update(known)
-            else:
-                wrong.append(case)
-    stale = [KNOWN_VIOLATIONS[pattern] for pattern in KNOWN_VIOLATIONS if pattern not in used]
-    assert not stale, f"remove these fixed entries from KNOWN_VIOLATIONS: {stale}"
+            wrong.append(case)
     assert not wrong, (
         f"on the stubs every test must fail with the stubs' NotImplementedError (naming file, function and "
         f"section); {len(wrong)} of {len(run.cases)} did something else:\n" + "\n".join(map(str, wrong[:25]))
