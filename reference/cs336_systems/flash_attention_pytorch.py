@@ -130,6 +130,18 @@ def flash_backward_pytorch(
 _flash_backward_compiled = torch.compile(flash_backward_pytorch, dynamic=True)
 
 
+@torch.compiler.disable
+def _flash_backward(*args):
+    """Run the compiled backward as its own graph, also when the caller is ``torch.compile(Fn.apply)``.
+
+    Measured on an H200 (torch 2.11, 2026-11-29): letting an outer ``torch.compile`` trace this
+    backward, compiled or plain, gave gradients off by O(1) (dQ, dK and dV, every shape tried)
+    while the forward stayed right; behind ``torch.compiler.disable`` the gradients matched
+    float64 to 1e-6. The CPU stack was right either way.
+    """
+    return _flash_backward_compiled(*args)
+
+
 class FlashAttentionPytorch(torch.autograd.Function):
     """FlashAttention-2 with a tiled PyTorch forward and a compiled PyTorch backward.
 
@@ -152,7 +164,7 @@ class FlashAttentionPytorch(torch.autograd.Function):
     def backward(ctx, dO):
         L, Q, K, V, O = ctx.saved_tensors
         as_f32 = lambda t: t.detach().float().contiguous()  # noqa: E731  one layout, dtype: no recompiles
-        dQ, dK, dV = _flash_backward_compiled(
+        dQ, dK, dV = _flash_backward(
             as_f32(Q), as_f32(K), as_f32(V), as_f32(O), as_f32(dO), L.contiguous(), ctx.is_causal
         )
         return dQ.to(Q.dtype), dK.to(K.dtype), dV.to(V.dtype), None
