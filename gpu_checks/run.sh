@@ -38,7 +38,8 @@ for step in "${steps[@]}"; do
         grade) run_step grade python3 -m autograder grade reference --require-gpu --expect-full \
                    --out "$logdir/grade" ;;
         tolerances) run_step tolerances python3 -m autograder.tools.measure_tolerances \
-                   --submission reference --cases 100 ;;
+                   --submission reference --submission emulated \
+                   --submission autograder/fixtures/mutants/base --cases 100 ;;
         benchmark) run_step benchmark python3 benchmarks/flash_attention_benchmark.py --quick \
                    --out "$logdir/benchmark" ;;
         leaderboard) run_step leaderboard python3 -m leaderboard selftest ;;
