@@ -36,7 +36,11 @@ KIT = Path(__file__).resolve().parent.parent
 PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 STARTUP_TIMEOUT_S = 300.0
 _MAX_LINE = 1 << 20
-_PASSED_THROUGH = ("CUDA_", "NVIDIA_", "TRITON_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile.
+_PASSED_THROUGH = (
+    "CUDA_", "NVIDIA_", "TRITON_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "CS336_HIDDEN_SEED", "HYPOTHESIS_PROFILE",
+)
 
 
 @dataclass
