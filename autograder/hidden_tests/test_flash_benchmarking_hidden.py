@@ -51,9 +51,9 @@ def test_oom_while_drawing_inputs_marks_every_implementation(adapters, monkeypat
 @pytest.mark.gpu
 def test_gpu_grid_with_float32_and_bfloat16(adapters):
     rows = adapters.run_flash_benchmark_sweep(
-        seq_lens=[256, 2048], head_dims=[32, 128], dtypes=[torch.float32, torch.bfloat16], device="cuda"
-    )
-    assert len(rows) == 8 and all(row["oom"] == [] for row in rows)
+        seq_lens=[256, 2048], head_dims=[128], dtypes=[torch.float32, torch.bfloat16], device="cuda"
+    )  # one head dim: each (d, dtype) compiles new kernels, and two head dims took 91 s on an H200
+    assert len(rows) == 4 and all(row["oom"] == [] for row in rows)
     for row in rows:
         for name in ("triton", "pytorch"):
             values = [row[f"{name}_{phase}_ms"] for phase in PHASES]
