@@ -132,12 +132,6 @@ class TamperGuard:
             if _is_watched(value) and not isinstance(value, type):
                 self._entries.append((f"{label}.{name}", namespace, name, value, _code_of(value)))
 
-    def watch_attributes(self, label: str, obj: object, names: tuple[str, ...]) -> None:
-        """Also watch ``obj``'s attributes ``names`` (whatever their type) for replacement."""
-        namespace = vars(obj)
-        for name in names:
-            self._entries.append((f"{label}.{name}", namespace, name, namespace.get(name), None))
-
     def photograph(self) -> "TamperGuard":
         """Record the current harness; call before any student code is imported."""
         for module_name, module in list(sys.modules.items()):

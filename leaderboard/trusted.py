@@ -16,7 +16,6 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, Callable
 
 import torch
@@ -158,7 +157,3 @@ def capture_clock(cuda: bool) -> TrustedClock:
         return TrustedClock(time.perf_counter, torch.cuda.synchronize, triton.testing.do_bench, torch.cuda.Event, statistics.median)
     return TrustedClock(time.perf_counter, lambda: None, None, None, statistics.median)
 
-
-def module_of(name: str) -> ModuleType:
-    """The module a watched module name refers to (for tests)."""
-    return _resolve(name)
