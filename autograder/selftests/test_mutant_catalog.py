@@ -34,6 +34,9 @@ FLASH_PROBLEMS = ("flash_forward_pytorch", "flash_forward_triton", "flash_backwa
 CUDA = torch.cuda.is_available()
 MIN_CPU_MUTANTS = 15
 WORKERS = 2
+# CS336_MUTANTS=name,name runs only those mutants, and the base only on their caught_by tests
+# (a quick GPU check of the gpu_only ones); unset, everything runs.
+ONLY = [name for name in os.environ.get("CS336_MUTANTS", "").split(",") if name]
 
 
 def _problem_of(nodeid: str) -> str:
@@ -65,8 +68,12 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     """Run the base on every hidden FlashAttention-2 test and each checkable mutant on its
     caught_by tests, WORKERS at a time; return {"base" or mutant name: outcomes}."""
     root = tmp_path_factory.mktemp("mutant_runs")
-    jobs = [{"name": "base", "submission": str(BASE_DIR), "targets": list(HIDDEN_FLASH_FILES)}]
-    for mutant in MUTANTS:
+    unknown = set(ONLY) - {m.name for m in MUTANTS}
+    assert not unknown, f"CS336_MUTANTS names unknown mutants {sorted(unknown)}"
+    chosen = [m for m in MUTANTS if m.name in ONLY] if ONLY else MUTANTS
+    base_targets = sorted({node for m in chosen for node in m.caught_by}) if ONLY else list(HIDDEN_FLASH_FILES)
+    jobs = [{"name": "base", "submission": str(BASE_DIR), "targets": base_targets}]
+    for mutant in chosen:
         if CUDA or not mutant.gpu_only:
             jobs.append({"name": mutant.name, "submission": str(materialize(mutant.name, root)),
                          "targets": list(mutant.caught_by)})
@@ -83,6 +90,8 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
 
 
 def test_catalog_is_well_formed(runs):
+    if ONLY:
+        pytest.skip("CS336_MUTANTS is set: the base ran only the chosen mutants' tests")
     names = [m.name for m in MUTANTS]
     assert len(names) == len(set(names)), f"duplicate mutant names: {sorted(n for n in names if names.count(n) > 1)}"
     cpu_visible = [m.name for m in MUTANTS if not m.gpu_only]
@@ -102,6 +111,8 @@ def test_catalog_is_well_formed(runs):
 
 def test_base_passes_every_hidden_flash_test(runs):
     outcomes = runs["base"]
+    if ONLY and outcomes and all(outcome == "skipped" for outcome in outcomes.values()):
+        pytest.skip("the chosen mutants' tests all need a GPU")
     failed = sorted(node for node, outcome in outcomes.items() if outcome == "failed")
     assert any(outcome == "passed" for outcome in outcomes.values()), "no hidden FlashAttention-2 test ran"
     assert not failed, f"the correct base submission fails hidden tests: {failed}"
@@ -109,6 +120,8 @@ def test_base_passes_every_hidden_flash_test(runs):
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_mutant_fails_its_hidden_tests(mutant, runs):
+    if ONLY and mutant.name not in ONLY:
+        pytest.skip(f"not among CS336_MUTANTS={','.join(ONLY)}")
     if mutant.gpu_only and not CUDA:
         pytest.skip(f"{mutant.name} is invisible under the CPU interpreter (gpu_only); run on a GPU")
     outcomes = runs[mutant.name]

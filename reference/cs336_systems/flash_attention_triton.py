@@ -287,8 +287,13 @@ def flash_bwd_dkdv_kernel(
     L_ptr += b * stride_lb
     Delta_ptr += b * stride_deltab
 
-    # Query tiles, in order: [start, diag_end) cross the diagonal (masked), [diag_end, full_end)
-    # are whole and wholly below it (no masks), [tail_start, N_QUERIES) is the ragged last tile.
+    # Query tiles: [diag_end, full_end) are whole and wholly below the diagonal (no masks),
+    # [start, diag_end) cross it (masked), [tail_start, N_QUERIES) is the ragged last tile.
+    # The loop order is chosen for ptxas, not for the math (the sum is the same in any order):
+    # causal runs the mask-free loop first, non-causal the tail first. With the other orders
+    # ptxas serialises every wgmma of the kernel on sm_90 ("C7515: wgmma.mma_async instructions
+    # are serialized due to non wgmma instructions defining accumulator registers"), and the
+    # tensor cores stop overlapping the exponentials. benchmarks/NOTES.md has the timings.
     # Causal: query tiles ending before k_start see none of these keys and are skipped; keys
     # with k_start >= N_QUERIES are seen by no query, and all three ranges come out empty.
     if IS_CAUSAL:
@@ -300,13 +305,14 @@ def flash_bwd_dkdv_kernel(
     full_end = (N_QUERIES // Q_TILE_SIZE) * Q_TILE_SIZE
     tail_start = tl.maximum(diag_end, full_end)
 
-    for q_start in range(start, diag_end, Q_TILE_SIZE):
-        dk, dv = _bwd_dkdv_query_tile(
-            k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
-            stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
-            D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
-            UPCAST_DOTS=UPCAST_DOTS,
-        )
+    if not IS_CAUSAL:
+        for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
+            dk, dv = _bwd_dkdv_query_tile(
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+                stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+                D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
+                UPCAST_DOTS=UPCAST_DOTS,
+            )
     for q_start in range(diag_end, full_end, Q_TILE_SIZE):
         dk, dv = _bwd_dkdv_query_tile(
             k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
@@ -314,13 +320,21 @@ def flash_bwd_dkdv_kernel(
             D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=False, IEEE_DOTS=IEEE_DOTS,
             UPCAST_DOTS=UPCAST_DOTS,
         )
-    for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
-        dk, dv = _bwd_dkdv_query_tile(
-            k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
-            stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
-            D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
-            UPCAST_DOTS=UPCAST_DOTS,
-        )
+    if IS_CAUSAL:
+        for q_start in range(start, diag_end, Q_TILE_SIZE):
+            dk, dv = _bwd_dkdv_query_tile(
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+                stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+                D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
+                UPCAST_DOTS=UPCAST_DOTS,
+            )
+        for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
+            dk, dv = _bwd_dkdv_query_tile(
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+                stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+                D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
+                UPCAST_DOTS=UPCAST_DOTS,
+            )
 
     dk = dk * scale  # dS = P * (dP - Delta) is the gradient of the scaled scores
     tl.store(dK_ptr + b * stride_dkb + offs_k[:, None] * stride_dkk + offs_d[None, :] * stride_dkd,
@@ -621,6 +635,8 @@ def flash_backward_triton(
     dO may have any strides, including the all-zero strides of ``o.sum().backward()``.
     """
     _check_int32_offsets(dO=dO)
+    if dO.stride(-1) != 1:  # e.g. the all-zero strides of o.sum().backward(): loads of dO rows could not be vectorised
+        dO = dO.contiguous()
     dkdv_config, dq_config = configs or backward_configs(_static_head_dim(Q.shape[2]), Q.dtype)
     delta = launch_bwd_preprocess(O, dO)  # (B, Nq)
     dK, dV = launch_bwd_dkdv(Q, K, V, dO, L, delta, is_causal, dkdv_config)
