@@ -7,7 +7,7 @@ profile is picked by ``$HYPOTHESIS_PROFILE`` if set, else ``gpu`` when CUDA is a
 - ``cpu``: few examples, small shapes, float32 and float16 only. Triton kernels run under the
   interpreter there, which takes seconds per launch at moderate sizes, and its bfloat16
   ``tl.dot`` is wrong in triton 3.6.
-- ``gpu``: more examples, larger shapes, bfloat16 too.
+- ``gpu``: larger shapes, bfloat16 too; few examples, since each new shape compiles kernels.
 - ``thorough``: many examples on either machine, for hunting a bug (slow on a CPU).
 
 ``FUZZ`` holds what the chosen profile allows (sizes and dtypes), so the strategies in the test
@@ -40,7 +40,14 @@ _COMMON = dict(
     print_blob=True,
 )
 settings.register_profile("cpu", max_examples=8, **_COMMON)
-settings.register_profile("gpu", max_examples=20, **_COMMON)  # each new shape compiles kernels (~1 s)
+# gpu: nearly every drawn shape is a new Triton specialisation (head dim, dtype, causal flag, and
+# whether sizes, strides and offsets are multiples of 16), so each example compiles new kernels,
+# 1-2 s each on an H200 host (the forward test, one kernel per shape, took 35 s for 20 examples).
+# A backward that compiles 4 kernels per shape costs 4-8 s per example, so 10 examples take about
+# 60 s at 1.5 s per kernel and 80 s at 2 s, inside the grader's 120 s per-test limit; at 20
+# examples the reference's backward test ran past it. The hidden tests keep the breadth (fixed
+# odd shapes); this fuzzing is for students' own runs.
+settings.register_profile("gpu", max_examples=10, **_COMMON)
 settings.register_profile("thorough", max_examples=400, **_COMMON)
 
 _BOUNDS = {
