@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--sandbox-user", default="auto",
                        help="user the tests drop to when run as root: auto (cs336-sandbox, else nobody), "
                             "a user name, or none")
-    grade.add_argument("--jobs", type=int, help="test processes at a time (default: CPU count, at most 4)")
+    grade.add_argument("--jobs", type=int, help="test process chains at a time (default: up to 4 on a CPU; up to 8 on a GPU "
+                            "runner, at most half the CPUs and one per 16 GiB of GPU memory)")
     grade.add_argument("--leaderboard-json", help="JSON with the submission's leaderboard time(s) to report")
     grade.add_argument("--expect-full", action="store_true",
                        help="exit 1 unless every point gradable on this runner was earned (for checking the reference)")

@@ -7,8 +7,9 @@ front door. The steps:
    (autograder/sandbox.py), leaving everything else out;
 2. when running as root, make the hidden tests and the reference readable by root only, and
    have every test process drop to an unprivileged sandbox user once its tests are collected;
-3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), two
-   or more at a time;
+3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
+   chains of processes at a time, with test files packed into chains by their expected
+   durations (autograder/schedule.py);
 4. share each problem's points among its tests (autograder/results.py), write
    ``results.json`` whatever happened, and print a per-problem table.
 """
@@ -33,6 +34,7 @@ from autograder.python_mirror import interpreter_paths, library_path, mirrored_p
 from autograder.results import collect_tests, format_table, results_json, write_results
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
 from autograder.sandbox import SandboxReport, SubmissionNotFound, build_sandbox
+from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.zygote import Zygote
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
@@ -214,28 +216,50 @@ def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[s
     return files, unmapped
 
 
+GPU_JOBS_MAX = 8  # process chains at a time on a GPU runner, at most
+GPU_GIB_PER_JOB = 16  # GPU memory set aside per chain (see _default_jobs)
+
+
+def _gpu_runner() -> bool:
+    """Whether this machine has an NVIDIA GPU (a cheap check: no CUDA is initialised)."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+def _gpu_memory_gib() -> float | None:
+    """The smallest GPU's memory in GiB according to nvidia-smi, or None if it cannot say."""
+    try:
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                capture_output=True, text=True, timeout=20)
+        sizes = [float(line) for line in answer.stdout.split()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return min(sizes) / 1024 if answer.returncode == 0 and sizes else None
+
+
 def _default_jobs() -> int:
-    """Test processes at a time: up to 4 on CPU; 2 where a GPU is present, so that timings stay honest."""
+    """Test process chains at a time when --jobs is not given.
+
+    CPU runner: up to 4, at most the CPU count.
+
+    GPU runner: up to 8, at most half the CPU count (Triton and inductor compile on the CPU,
+    each test process its own kernels) and at most one per 16 GiB of GPU memory, but never
+    fewer than 2 (2 if nvidia-smi cannot say). 16 GiB per chain: the largest test process (the
+    hidden out-of-memory CLI test) holds about 30 GB for a moment, every other one a few GB.
+
+    Sharing one GPU among chains leaves the verdicts alone: the GPU memory checks read the test
+    process's own counters (torch.cuda.memory_allocated, its own memory snapshot), which other
+    processes do not move; the out-of-memory checks ask for far more than the GPU holds; the
+    other GPU checks compare values, not times. The only verdicts that compare or bound GPU
+    timings (§2.1's sweep: the forward at 4096 tokens slower than at 1024, forward and backward
+    under 100 ms) are in files marked ``alone_on_gpu`` in autograder/test_durations.toml, which
+    run after every other chain has finished (autograder/schedule.py).
+    """
     cpus = os.cpu_count() or 1
-    return min(2 if os.path.exists("/dev/nvidiactl") else 4, cpus)
-
-
-def _shards(files: dict[str, list[Path]], jobs: int) -> list[tuple[str, int, list[Path]]]:
-    """Split each suite's files into shards (one process chain each), balancing file sizes."""
-    suites = [suite for suite in files if files[suite]]
-    if not suites:
-        return []
-    per_suite = max(1, jobs // len(suites))
-    shards = []
-    for suite in suites:
-        bins: list[list[Path]] = [[] for _ in range(min(per_suite, len(files[suite])))]
-        sizes = [0] * len(bins)
-        for path in sorted(files[suite], key=lambda p: -p.stat().st_size):
-            index = sizes.index(min(sizes))
-            bins[index].append(path)
-            sizes[index] += path.stat().st_size
-        shards += [(suite, index, sorted(group)) for index, group in enumerate(bins)]
-    return shards
+    if not _gpu_runner():
+        return min(4, cpus)
+    memory = _gpu_memory_gib()
+    by_memory = 2 if memory is None else max(2, int(memory // GPU_GIB_PER_JOB))
+    return max(1, min(GPU_JOBS_MAX, max(2, cpus // 2), by_memory, cpus))
 
 
 def grade(options: GradeOptions) -> GradeReport:
@@ -306,11 +330,20 @@ def grade(options: GradeOptions) -> GradeReport:
         if unmapped:
             notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
         jobs = options.jobs or _default_jobs()
-        shards = _shards(files, jobs)
+        try:
+            durations = load_durations()
+        except DurationsError as error:  # a broken timing table must not stop a grade
+            printer.say(f"grade: packing test files by size: {error}")
+            durations = {}
+        chains = plan_chains(files, jobs, kit, gpu=_gpu_runner(), durations=durations)
+        together = [chain for chain in chains if not chain.alone]
+        at_once = min(jobs, max(1, len(together)))
         test_timeout = options.test_timeout_s or settings.test_timeout_s
         deadline = started + (options.total_timeout_s or settings.total_timeout_s)
         printer.say(f"grade: {options.submission} ({sandbox.summary().splitlines()[0]})")
-        printer.say(f"grade: {len(shards)} test process chain(s), {min(jobs, max(1, len(shards)))} at a time; "
+        alone_note = (f", then {len(chains) - len(together)} alone (they compare GPU timings)"
+                      if len(together) < len(chains) else "")
+        printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
                     f"per-test limit {test_timeout:.0f} s; "
                     + (f"test code runs as user {user!r}" if user else "test code runs as this user (not root)"))
 
@@ -319,22 +352,23 @@ def grade(options: GradeOptions) -> GradeReport:
             return problem.name if problem else "?"
 
         runs: list[SuiteRun] = []
-        threads_each = max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(shards))))
+        threads_each = max(1, (os.cpu_count() or 1) // at_once)
         specs = [
             SuiteSpec(
-                name=suite, files=shard_files, sandbox=sandbox_dir, workdir=workdir,
+                name=chain.suite, files=chain.files, sandbox=sandbox_dir, workdir=workdir,
                 private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
                 crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
                 keyword=options.keyword, select=options.tests, uid=uid, gid=gid, sweep_uid=user not in (None, "nobody"),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
-                on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit, shard=index,
+                on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
+                shard=chain.index,
             )
-            for suite, index, shard_files in shards
+            for chain in chains
         ]
         zygote = _zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
         for spec in specs:
             spec.zygote = zygote
-        runs = _run_all(specs, jobs)
+        runs = _run_chains(specs, [chain.alone for chain in chains], jobs)
         printer.flush_all()
     finally:
         shutil.rmtree(private, ignore_errors=True)
@@ -394,8 +428,14 @@ def _zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str])
     return zygote
 
 
+def _run_chains(specs: list[SuiteSpec], alone: list[bool], jobs: int) -> list[SuiteRun]:
+    """Run the chains not marked ``alone``, ``jobs`` at a time; then the others, one at a time."""
+    together = [spec for spec, flag in zip(specs, alone) if not flag]
+    return _run_all(together, jobs) + _run_all([spec for spec, flag in zip(specs, alone) if flag], 1)
+
+
 def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
-    """Run the shards, ``jobs`` at a time, each in its own watchdog thread."""
+    """Run the chains, ``jobs`` at a time in the given order, each in its own watchdog thread."""
     results: list[SuiteRun | None] = [None] * len(specs)
     queue = list(enumerate(specs))
     lock = threading.Lock()

@@ -1,0 +1,150 @@
+"""Which test files run in which process chain, so that a grade's chains finish together.
+
+Read by staff who change how fast the grader is. A grade runs each suite (visible, hidden) in
+process chains: one pytest process runs a chain's files in order, and a chain never mixes
+suites. ``plan_chains`` decides how many chains each suite gets and which files go in each:
+
+- every file's expected seconds come from autograder/test_durations.toml, column ``cpu`` or
+  ``gpu`` (measured with autograder/tools/time_test_files.py). A file the table does not know
+  is estimated from its size, at the seconds per byte of the known files of the same grade;
+  when none is known that is plain size balancing;
+- within a suite, files are placed longest first, each into the chain expected to finish first
+  (longest-processing-time-first: the longest chain is within 4/3 of the best possible, and
+  no chain can be shorter than the longest file);
+- chains are added one at a time to the suite whose longest chain is the longest, as long as
+  that shortens it and ``jobs`` allows; a chain that would not shorten the grade is not started
+  (each costs a process, and on a GPU its memory);
+- on a GPU runner, a file marked ``alone_on_gpu`` (one of its verdicts compares GPU timings that
+  other processes on the same GPU would disturb) goes into a chain of its own per suite; those
+  chains run after every other chain has finished, one at a time.
+
+A file is never split across chains: a chain selects tests by file, and test ids are only known
+after collection.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DURATIONS_PATH = Path(__file__).resolve().parent / "test_durations.toml"
+COLUMNS = ("cpu", "gpu")
+
+
+class DurationsError(ValueError):
+    """The durations table is unreadable or has a bad entry; the message names it."""
+
+
+@dataclass(frozen=True)
+class FileTiming:
+    """One row of the durations table: expected chain seconds per column, and the GPU flag."""
+
+    cpu: float | None = None
+    gpu: float | None = None
+    alone_on_gpu: bool = False
+
+
+@dataclass
+class Chain:
+    """One process chain: a suite's files, run in the given order by one pytest process.
+
+    ``index`` numbers the suite's chains from 0; ``expected_s`` is the sum of the files'
+    estimates; ``alone`` chains run after all others, one at a time.
+    """
+
+    suite: str
+    index: int
+    files: list[Path] = field(default_factory=list)
+    expected_s: float = 0.0
+    alone: bool = False
+
+
+def load_durations(path: Path = DURATIONS_PATH) -> dict[str, FileTiming]:
+    """The table as {file path relative to the kit: FileTiming}; raise DurationsError naming a bad entry."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise DurationsError(f"cannot read the test durations table {path}: {error}") from error
+    table = {}
+    for name, entry in data.get("files", {}).items():
+        if not isinstance(entry, dict) or set(entry) - {*COLUMNS, "alone_on_gpu"}:
+            raise DurationsError(f"{path}: [files] {name!r} must be a table with keys among "
+                                 f"{[*COLUMNS, 'alone_on_gpu']}; got {entry!r}")
+        for column in COLUMNS:
+            value = entry.get(column)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise DurationsError(f"{path}: [files] {name!r} {column} must be seconds (a number >= 0); "
+                                     f"got {value!r}")
+        alone = entry.get("alone_on_gpu", False)
+        if not isinstance(alone, bool):
+            raise DurationsError(f"{path}: [files] {name!r} alone_on_gpu must be true or false; got {alone!r}")
+        table[name] = FileTiming(entry.get("cpu"), entry.get("gpu"), alone)
+    return table
+
+
+def expected_seconds(paths: list[Path], kit: Path, durations: dict[str, FileTiming], column: str) -> dict[Path, float]:
+    """Each file's expected seconds: the table's ``column``, else its size in bytes times the
+    seconds per byte of the known files among ``paths`` (1 when none is known)."""
+    known = {}
+    for path in paths:
+        timing = durations.get(path.relative_to(kit).as_posix())
+        value = getattr(timing, column) if timing is not None else None
+        if value is not None:
+            known[path] = float(value)
+    known_bytes = sum(path.stat().st_size for path in known)
+    per_byte = sum(known.values()) / known_bytes if known and known_bytes else 1.0
+    return {path: known[path] if path in known else path.stat().st_size * per_byte for path in paths}
+
+
+def pack_longest_first(costs: dict[Path, float], chains: int) -> list[list[Path]]:
+    """Split ``costs``' files into at most ``chains`` groups, longest file first into the group
+    with the least so far (ties: the lower group, then the file path, so plans are repeatable)."""
+    groups: list[list[Path]] = [[] for _ in range(max(1, min(chains, len(costs))))]
+    loads = [0.0] * len(groups)
+    for path in sorted(costs, key=lambda p: (-costs[p], p.as_posix())):
+        target = loads.index(min(loads))
+        groups[target].append(path)
+        loads[target] += costs[path]
+    return [group for group in groups if group]
+
+
+def _longest(costs: dict[Path, float], chains: int) -> float:
+    return max(sum(costs[p] for p in group) for group in pack_longest_first(costs, chains))
+
+
+def plan_chains(files: dict[str, list[Path]], jobs: int, kit: Path, *, gpu: bool,
+                durations: dict[str, FileTiming] | None = None) -> list[Chain]:
+    """The chains for ``files`` ({suite: test files}), ``jobs`` of them at a time, in the order
+    to start them: the longest first, then the ``alone`` ones (GPU runners only).
+
+    Every suite with files gets at least one chain, whatever ``jobs`` is.
+    """
+    durations = load_durations() if durations is None else durations
+    column = "gpu" if gpu else "cpu"
+    costs: dict[str, dict[Path, float]] = {}  # per suite, the files that share the GPU
+    alone: dict[str, dict[Path, float]] = {}  # per suite, the files that run after the others
+    for suite, paths in files.items():
+        if not paths:
+            continue
+        estimate = expected_seconds(paths, kit, durations, column)
+        for path in paths:
+            timing = durations.get(path.relative_to(kit).as_posix(), FileTiming())
+            (alone if gpu and timing.alone_on_gpu else costs).setdefault(suite, {})[path] = estimate[path]
+    counts = {suite: 1 for suite in costs}
+    while sum(counts.values()) < jobs and counts:
+        worst = max(counts, key=lambda suite: _longest(costs[suite], counts[suite]))
+        if counts[worst] >= len(costs[worst]):
+            break
+        if _longest(costs[worst], counts[worst] + 1) >= _longest(costs[worst], counts[worst]) - 1e-9:
+            break
+        counts[worst] += 1
+    chains = []
+    for suite, count in counts.items():
+        for index, group in enumerate(pack_longest_first(costs[suite], count)):
+            chains.append(Chain(suite, index, sorted(group), sum(costs[suite][p] for p in group)))
+    chains.sort(key=lambda chain: -chain.expected_s)
+    for suite, group in alone.items():
+        index = sum(1 for chain in chains if chain.suite == suite)
+        chains.append(Chain(suite, index, sorted(group), sum(group.values()), alone=True))
+    return chains

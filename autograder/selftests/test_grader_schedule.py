@@ -1,0 +1,197 @@
+"""The grader packs test files into process chains by expected duration (autograder/schedule.py).
+
+Synthetic tables and files in a temporary kit, so each check is exact and takes milliseconds:
+longest-first packing balances what size balancing would not, unknown files are estimated
+from their size, suites never share a chain, chains are only added where they shorten the
+grade, files whose verdicts compare GPU timings run alone after the rest on a GPU runner, and
+the GPU default of chains at a time follows the CPU count and the GPU memory.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import grade as grade_module
+from autograder.runner import SuiteRun, SuiteSpec
+from autograder.schedule import (
+    DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, pack_longest_first, plan_chains,
+)
+
+KIT = Path(__file__).resolve().parents[2]
+
+
+def make_files(root: Path, suite_dir: str, sizes: dict[str, int]) -> list[Path]:
+    folder = root / suite_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, size in sizes.items():
+        path = folder / name
+        path.write_bytes(b"#" * size)
+        paths.append(path)
+    return paths
+
+
+def loads(chains) -> list[float]:
+    return sorted(round(chain.expected_s, 6) for chain in chains)
+
+
+def test_longest_first_balances_durations_that_sizes_do_not_predict(tmp_path):
+    # Sizes are the reverse of durations: balancing sizes puts 7 + 5 s in one chain and 4+3+3+2 s in the other.
+    seconds = {"test_a.py": 7, "test_b.py": 5, "test_c.py": 4, "test_d.py": 3, "test_e.py": 3, "test_f.py": 2}
+    sizes = {"test_a.py": 100, "test_b.py": 200, "test_c.py": 300, "test_d.py": 400, "test_e.py": 500, "test_f.py": 600}
+    paths = make_files(tmp_path, "tests", sizes)
+    table = {f"tests/{name}": FileTiming(cpu=value) for name, value in seconds.items()}
+    chains = plan_chains({"visible": paths}, 2, tmp_path, gpu=False, durations=table)
+    assert loads(chains) == [12.0, 12.0], [(c.files, c.expected_s) for c in chains]
+    assert sorted(p.name for c in chains for p in c.files) == sorted(seconds), "every file runs exactly once"
+
+
+def test_pack_longest_first_is_lpt():
+    costs = {Path(name): value for name, value in {"a": 3, "b": 3, "c": 2, "d": 2, "e": 2}.items()}
+    groups = pack_longest_first(costs, 2)
+    assert sorted(sum(costs[p] for p in group) for group in groups) == [5, 7]  # LPT's answer (the best is 6 + 6)
+    assert pack_longest_first(costs, 9) == [[p] for p in sorted(costs, key=lambda p: (-costs[p], p.as_posix()))]
+
+
+def test_unknown_files_are_estimated_from_their_size(tmp_path):
+    known, unknown = make_files(tmp_path, "tests", {"test_known.py": 1000, "test_new.py": 3000})
+    table = {"tests/test_known.py": FileTiming(cpu=10.0, gpu=40.0)}
+    assert expected_seconds([known, unknown], tmp_path, table, "cpu") == {known: 10.0, unknown: pytest.approx(30.0)}
+    assert expected_seconds([known, unknown], tmp_path, table, "gpu") == {known: 40.0, unknown: pytest.approx(120.0)}
+    assert expected_seconds([known, unknown], tmp_path, {}, "cpu") == {known: 1000.0, unknown: 3000.0}
+    only_cpu = {"tests/test_known.py": FileTiming(cpu=10.0)}  # no gpu number: the file counts as unknown there
+    assert expected_seconds([known, unknown], tmp_path, only_cpu, "gpu") == {known: 1000.0, unknown: 3000.0}
+
+
+def test_suites_never_share_a_chain_and_each_gets_one(tmp_path):
+    visible = make_files(tmp_path, "tests", {"test_a.py": 10, "test_b.py": 10})
+    hidden = make_files(tmp_path, "hidden", {"test_a_hidden.py": 10, "test_b_hidden.py": 10})
+    for jobs in (1, 2, 4):
+        chains = plan_chains({"visible": visible, "hidden": hidden}, jobs, tmp_path, gpu=False, durations={})
+        assert {chain.suite for chain in chains} == {"visible", "hidden"}
+        for chain in chains:
+            folder = "tests" if chain.suite == "visible" else "hidden"
+            assert all(path.parent.name == folder for path in chain.files), (chain.suite, chain.files)
+        for suite in ("visible", "hidden"):
+            indexes = [chain.index for chain in chains if chain.suite == suite]
+            assert sorted(indexes) == list(range(len(indexes))), "a suite's chains are numbered 0, 1, ..."
+
+
+def test_chains_go_to_the_slowest_suite_and_only_where_they_help(tmp_path):
+    visible = make_files(tmp_path, "tests", {"test_one.py": 1})
+    hidden = make_files(tmp_path, "hidden", {"test_x.py": 1, "test_y.py": 1, "test_z.py": 1})
+    table = {"tests/test_one.py": FileTiming(cpu=10.0)} | {f"hidden/{n}": FileTiming(cpu=6.0) for n in
+                                                          ("test_x.py", "test_y.py", "test_z.py")}
+    for jobs in (4, 8):
+        chains = plan_chains({"visible": visible, "hidden": hidden}, jobs, tmp_path, gpu=False, durations=table)
+        assert sorted(chain.suite for chain in chains) == ["hidden"] * 3 + ["visible"], (jobs, chains)
+        assert [chain.expected_s for chain in chains] == [10.0, 6.0, 6.0, 6.0], "longest chain starts first"
+    chains = plan_chains({"visible": visible, "hidden": hidden}, 3, tmp_path, gpu=False, durations=table)
+    assert loads(chains) == [6.0, 10.0, 12.0], "with 3 at a time the hidden suite gets the second chain"
+    table["tests/test_one.py"], table["hidden/test_x.py"] = FileTiming(cpu=3.0), FileTiming(cpu=10.0)
+    table["hidden/test_y.py"] = table["hidden/test_z.py"] = FileTiming(cpu=1.0)
+    chains = plan_chains({"visible": visible, "hidden": hidden}, 8, tmp_path, gpu=False, durations=table)
+    assert loads(chains) == [2.0, 3.0, 10.0], "a third hidden chain would not shorten the grade: not started"
+
+
+def test_files_that_compare_gpu_timings_run_alone_last_on_a_gpu(tmp_path):
+    visible = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1, "test_timing.py": 1})
+    hidden = make_files(tmp_path, "hidden", {"test_h.py": 1, "test_timing_hidden.py": 1})
+    table = {
+        "tests/test_a.py": FileTiming(gpu=5.0), "tests/test_b.py": FileTiming(gpu=5.0),
+        "tests/test_timing.py": FileTiming(cpu=1.0, gpu=50.0, alone_on_gpu=True),
+        "hidden/test_h.py": FileTiming(gpu=5.0), "hidden/test_timing_hidden.py": FileTiming(gpu=2.0, alone_on_gpu=True),
+    }
+    files = {"visible": visible, "hidden": hidden}
+    chains = plan_chains(files, 8, tmp_path, gpu=True, durations=table)
+    alone = [chain for chain in chains if chain.alone]
+    assert [(c.suite, [p.name for p in c.files]) for c in alone] == [
+        ("visible", ["test_timing.py"]), ("hidden", ["test_timing_hidden.py"])]
+    assert chains[-2:] == alone, "alone chains come last"
+    assert not any("timing" in p.name for c in chains if not c.alone for p in c.files)
+    assert {(c.suite, c.index) for c in chains} == {("visible", 0), ("visible", 1), ("visible", 2), ("hidden", 0),
+                                                    ("hidden", 1)}
+    on_cpu = plan_chains(files, 8, tmp_path, gpu=False, durations=table)
+    assert not any(chain.alone for chain in on_cpu), "on a CPU runner the GPU timing checks are skipped anyway"
+
+
+def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_path):
+    events = []
+    lock = threading.Lock()
+
+    def fake_run_suite(spec: SuiteSpec) -> SuiteRun:
+        with lock:
+            events.append(("start", spec.shard))
+        time.sleep(0.05 if spec.shard == 0 else 0.01)
+        with lock:
+            events.append(("end", spec.shard))
+        return SuiteRun(spec.name)
+
+    monkeypatch.setattr(grade_module, "run_suite", fake_run_suite)
+    specs = [SuiteSpec(name="visible", files=[], sandbox=tmp_path, workdir=tmp_path, private_dir=tmp_path,
+                       problem_of=str, test_timeout_s=1, deadline=0, shard=index) for index in range(5)]
+    runs = grade_module._run_chains(specs, [False, False, False, True, True], jobs=3)
+    assert len(runs) == 5
+    last_together_end = max(i for i, event in enumerate(events) if event[0] == "end" and event[1] < 3)
+    alone_starts = [i for i, event in enumerate(events) if event[0] == "start" and event[1] >= 3]
+    assert all(start > last_together_end for start in alone_starts), events
+    assert events[-4:] == [("start", 3), ("end", 3), ("start", 4), ("end", 4)], "alone chains run one at a time"
+    first_three = {event[1] for event in events[:3]}
+    assert first_three == {0, 1, 2}, f"the other chains run 3 at a time: {events}"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "cpus", "memory_gib", "expected"),
+    [
+        (False, 16, None, 4), (False, 2, None, 2),
+        (True, 16, 140.4, 8), (True, 16, 80.0, 5), (True, 16, 40.0, 2), (True, 16, None, 2),
+        (True, 8, 140.4, 4), (True, 2, 140.4, 2), (True, 1, 140.4, 1), (True, 128, 1000.0, 8),
+    ],
+)
+def test_default_jobs(monkeypatch, gpu, cpus, memory_gib, expected):
+    monkeypatch.setattr(grade_module, "_gpu_runner", lambda: gpu)
+    monkeypatch.setattr(grade_module, "_gpu_memory_gib", lambda: memory_gib)
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: cpus)
+    assert grade_module._default_jobs() == expected
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ('"tests/test_a.py" = { cpu = -1 }', ["tests/test_a.py", "cpu", "-1"]),
+        ('"tests/test_a.py" = { gpu = "fast" }', ["gpu", "fast"]),
+        ('"tests/test_a.py" = { cpu = 1, alone_on_gpu = 1 }', ["alone_on_gpu"]),
+        ('"tests/test_a.py" = { cpu = 1, gpus = 2 }', ["gpus"]),
+        ('"tests/test_a.py" = 3', ["must be a table"]),
+    ],
+)
+def test_bad_table_entries_are_named(tmp_path, entry, words):
+    path = tmp_path / "durations.toml"
+    path.write_text(f"[files]\n{entry}\n")
+    with pytest.raises(DurationsError) as error:
+        load_durations(path)
+    assert all(word in str(error.value) for word in words), str(error.value)
+
+
+def test_the_kit_table_names_only_graded_test_files():
+    table = load_durations(DURATIONS_PATH)
+    assert table, "autograder/test_durations.toml has no [files] entries"
+    missing = [name for name in table if not (KIT / name).is_file()]
+    assert not missing, f"autograder/test_durations.toml names files that do not exist: {missing}"
+    incomplete = [name for name, timing in table.items() if timing.cpu is None or timing.gpu is None]
+    assert not incomplete, f"give these files both a cpu and a gpu number: {incomplete}"
+
+
+def test_the_kit_gpu_plan_is_as_short_as_its_longest_file():
+    files = {suite: sorted(p for p in (KIT / folder).glob("test_*.py") if p.name != "test_provided_model.py")
+             for suite, folder in grade_module.SUITE_DIRS.items()}
+    table = load_durations(DURATIONS_PATH)
+    chains = plan_chains(files, 8, KIT, gpu=True, durations=table)
+    together = [chain for chain in chains if not chain.alone]
+    longest_file = max(table[p.relative_to(KIT).as_posix()].gpu for c in together for p in c.files)
+    assert max(chain.expected_s for chain in together) == longest_file, [(c.suite, c.expected_s) for c in chains]
+    assert len(together) <= 8
