@@ -370,6 +370,7 @@ def grade(options: GradeOptions) -> GradeReport:
             spec.zygote = zygote
         runs = _run_chains(specs, [chain.alone for chain in chains], jobs)
         printer.flush_all()
+        printer.say(_chain_times(chains, specs, runs))
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
@@ -426,6 +427,19 @@ def _zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str])
     _ZYGOTES[key] = zygote
     atexit.register(zygote.close)
     return zygote
+
+
+def _chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
+    """One console line: each chain's wall seconds against its expected seconds (to refresh
+    autograder/test_durations.toml), longest first."""
+    wall = {(run.name, tuple(run.files)): run.wall_s for run in runs}
+    parts = []
+    for chain, spec in sorted(zip(chains, specs), key=lambda pair: -pair[0].expected_s):
+        seconds = wall.get((spec.name, tuple(p.relative_to(spec.kit).as_posix() for p in spec.files)), 0.0)
+        names = ", ".join(path.name for path in chain.files)
+        parts.append(f"{chain.suite}#{chain.index}{' (alone)' if chain.alone else ''} {seconds:.0f} s "
+                     f"(expected {chain.expected_s:.0f}): {names}")
+    return "grade: chain times: " + "; ".join(parts)
 
 
 def _run_chains(specs: list[SuiteSpec], alone: list[bool], jobs: int) -> list[SuiteRun]:

@@ -195,3 +195,16 @@ def test_the_kit_gpu_plan_is_as_short_as_its_longest_file():
     longest_file = max(table[p.relative_to(KIT).as_posix()].gpu for c in together for p in c.files)
     assert max(chain.expected_s for chain in together) == longest_file, [(c.suite, c.expected_s) for c in chains]
     assert len(together) <= 8
+
+
+def test_chain_times_line_pairs_each_chain_with_its_own_run(tmp_path):
+    a, b = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1})
+    chains = plan_chains({"visible": [a, b]}, 2, tmp_path, gpu=False,
+                         durations={"tests/test_a.py": FileTiming(cpu=9.0), "tests/test_b.py": FileTiming(cpu=3.0)})
+    specs = [SuiteSpec(name=chain.suite, files=chain.files, sandbox=tmp_path, workdir=tmp_path, private_dir=tmp_path,
+                       problem_of=str, test_timeout_s=1, deadline=0, shard=chain.index, kit=tmp_path) for chain in chains]
+    runs = [SuiteRun("visible", wall_s=2.0, files=["tests/test_b.py"]),
+            SuiteRun("visible", wall_s=11.0, files=["tests/test_a.py"])]
+    line = grade_module._chain_times(chains, specs, runs)
+    assert line == ("grade: chain times: visible#0 11 s (expected 9): test_a.py; "
+                    "visible#1 2 s (expected 3): test_b.py"), line
