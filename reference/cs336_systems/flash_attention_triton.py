@@ -26,8 +26,9 @@ answers in triton 3.6, so there the kernels upcast dot operands to float32 (``UP
 Float32 inputs use IEEE float32 dots (``IEEE_DOTS``), not tf32, so they match float32 PyTorch.
 
 Measured on an H200 at the leaderboard shape (16, 16384, 64) bfloat16 causal, called through
-``torch.compile``: forward 1.40 ms, forward+backward 5.62 ms (SDPA's flash backend 6.96 ms,
-cuDNN 4.44 ms, same run). benchmarks/NOTES.md has the floor, the tuning and what did not help.
+``torch.compile``: forward 1.37 ms, forward+backward 4.95 ms (SDPA's flash backend 7.01 ms,
+cuDNN 4.34 ms, same run; 5.10 ms under the leaderboard's 10 s timing). benchmarks/NOTES.md has
+the floor, the tuning and what did not help.
 """
 
 from __future__ import annotations
@@ -483,7 +484,10 @@ def forward_config(d: int, dtype: torch.dtype) -> TileConfig:
 
 
 def backward_configs(d: int, dtype: torch.dtype) -> tuple[TileConfig, TileConfig]:
-    """(dK/dV kernel config, dQ kernel config) at head dim d; timed as ``forward_config`` says."""
+    """(dK/dV kernel config, dQ kernel config) at head dim d; timed as ``forward_config`` says.
+
+    A new dK/dV config must keep ptxas from serialising the kernel's wgmmas (``ptxas -v`` prints
+    C7515) and from spilling: benchmarks/NOTES.md says how to check both offline."""
     if TRITON_INTERPRET:
         return _INTERPRETER_CONFIG, _INTERPRETER_CONFIG
     if dtype == torch.float32:
