@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     selftest = commands.add_parser("selftest", help="the reference, the honest slow fixture and every cheat fixture")
     selftest.add_argument("--dry-run", action="store_true", help="CPU: only the fixtures a CPU can judge")
-    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default leaderboard/results/selftest)")
+    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default leaderboard/results/selftest; with --only, a subfolder only-NAMES of it)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
     selftest.set_defaults(handler=cmd_selftest)
     return parser

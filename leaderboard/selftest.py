@@ -74,9 +74,18 @@ def judge(entry: Entry, record: dict) -> tuple[bool, str]:
     return True, "refused: " + ", ".join(codes)
 
 
+def output_dir(out_dir: Path, only: list[str] | None) -> Path:
+    """Where a run writes: a partial run (``--only``) aimed at the default folder goes to a
+    subfolder of its own, so that it never replaces the records of the last full run."""
+    out_dir = Path(out_dir)
+    if only and out_dir == DEFAULT_OUT:
+        return out_dir / ("only-" + "-".join(sorted(only)))
+    return out_dir
+
+
 def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None) -> int:
     """Run the plan, print and write a summary; return 0 when every entry is as expected."""
-    out_dir = Path(out_dir)
+    out_dir = output_dir(out_dir, only)
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "records.jsonl"
     store.unlink(missing_ok=True)  # the table and summary describe this run only

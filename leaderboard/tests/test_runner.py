@@ -49,3 +49,11 @@ def test_without_a_gpu_run_and_selftest_refuse_clearly(command, capsys):
 def test_a_directory_that_is_no_submission_is_refused(tmp_path, capsys):
     assert main(["run", str(tmp_path), "--name", "x", "--dry-run"]) == 2
     assert "adapters.py" in capsys.readouterr().err
+
+
+def test_a_partial_selftest_never_replaces_the_full_runs_records(tmp_path):
+    from leaderboard.selftest import DEFAULT_OUT, output_dir
+
+    assert output_dir(DEFAULT_OUT, None) == DEFAULT_OUT
+    assert output_dir(DEFAULT_OUT, ["honest_slow", "cheat_sdpa"]) == DEFAULT_OUT / "only-cheat_sdpa-honest_slow"
+    assert output_dir(tmp_path, ["honest_slow"]) == tmp_path  # a folder the user chose is used as given
