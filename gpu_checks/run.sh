@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU acceptance checks, run on an H200 from the repo root:
-#   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|benchmark|tune|mutants|race|leaderboard ...]
+#   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|tolerances-bf16|benchmark|tune|mutants|race|leaderboard ...]
 # With no step names it runs tests, grade, tolerances and benchmark. Each step's console output
 # goes to LOGDIR/<step>.log; with PACK=FILE.tgz set, LOGDIR is also packed into FILE after each
 # step. The records of past runs live beside this script.
@@ -42,13 +42,15 @@ for step in "${steps[@]}"; do
                    --submission autograder/fixtures/mutants/base --cases 100 ;;
         benchmark) run_step benchmark python3 benchmarks/flash_attention_benchmark.py --quick \
                    --out "$logdir/benchmark" ;;
+        tolerances-bf16) run_step tolerances-bf16 python3 -m autograder.tools.measure_tolerances \
+                   --submission reference --functions triton --dtypes bfloat16 --cases 30 ;;
         tune) run_step tune python3 benchmarks/tune_flash_attention.py --out "$logdir/tune" ;;
         race) CS336_MUTANTS=dq_race_no_atomic run_step race python3 -m pytest autograder/selftests/test_mutant_catalog.py \
                    -p no:cacheprovider -q -rs ;;
         mutants) run_step mutants python3 -m pytest autograder/selftests/test_mutant_catalog.py \
                    -p no:cacheprovider -q --durations=10 ;;
         leaderboard) run_step leaderboard python3 -m leaderboard selftest ;;
-        *) echo "unknown step $step (valid: tests grade tolerances benchmark tune mutants race leaderboard)"; exit 2 ;;
+        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard)"; exit 2 ;;
     esac
 done
 exit $status

@@ -40,8 +40,8 @@ gpu_checks/2026-11-29-h200-run2/:
   odd shapes, and 2.1e-3 to 2.5e-3 at (16, 16384, 64), in line with the emulated row's
   rounding;
 - every bfloat16 GPU test, visible and hidden, passed in the full GPU grade.
-To get the table's row on a GPU, run the command with ``--submission reference --functions
-triton`` and about 20 cases. Each
+To get the table's row on a GPU, run ``bash gpu_checks/run.sh LOGDIR tolerances-bf16``: 30 cases of
+the reference's Triton Function in bfloat16 only (``--functions triton --dtypes bfloat16``). Each
 tolerance other than L for 16-bit inputs is 2.5 to 4 times the worst measured error, rounded
 up to a 1-2-5 step (1.5 for bfloat16 O). Why the rows look as they do:
 

@@ -84,8 +84,10 @@ class EmulatedTensorCoreAttention:
         return o, lse, dq.to(dtype), dk.to(dtype), dv.to(dtype)
 
 
-def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, functions: list[str]) -> list[dict]:
-    """Run in a child process: measure one submission; return one row per (function, dtype)."""
+def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, functions: list[str],
+                            dtype_names: list[str] | None = None) -> list[dict]:
+    """Run in a child process: measure one submission; return one row per (function, dtype).
+    ``dtype_names`` (e.g. ["bfloat16"]) restricts the dtypes; None measures all three."""
     import torch
 
     from tests.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase
@@ -109,6 +111,8 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
         dtypes = [torch.float32, torch.float16, torch.bfloat16]
         if name == "triton" and not cuda and submission != EMULATED:
             dtypes = [torch.float32, torch.float16]
+        if dtype_names:
+            dtypes = [t for t in dtypes if str(t).removeprefix("torch.") in dtype_names]
         for dtype in dtypes:
             worst = {q: {"max_abs": 0.0, "needed_tol": 0.0, "case": ""} for q in QUANTITIES}
             for _ in range(cases):
@@ -168,13 +172,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-n", type=int, default=None, help="largest n_queries / n_keys (default 160 CPU, 1024 GPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--functions", default="pytorch,triton", help="comma-separated: pytorch,triton")
+    parser.add_argument("--dtypes", default="float32,float16,bfloat16",
+                        help="comma-separated dtypes to measure (on a GPU each new case compiles kernels: "
+                             "'--functions triton --dtypes bfloat16 --cases 30' takes minutes, all of them far longer)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     submissions = args.submission or ["reference"]
     functions = args.functions.split(",")
 
+    dtype_names = [name.strip() for name in args.dtypes.split(",") if name.strip()]
+    unknown = set(dtype_names) - {"float32", "float16", "bfloat16"}
+    if unknown or not dtype_names:
+        parser.error(f"--dtypes: unknown {sorted(unknown)}; use float32, float16 and/or bfloat16")
+
     if args.child:
-        rows = _measure_one_submission(submissions[0], args.cases, args.max_n, args.seed, functions)
+        rows = _measure_one_submission(submissions[0], args.cases, args.max_n, args.seed, functions, dtype_names)
         print("ROWS " + json.dumps(rows))
         return 0
 
@@ -189,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         command = [
             sys.executable, "-m", "autograder.tools.measure_tolerances", "--child",
             "--submission", submission, "--cases", str(args.cases), "--max-n", str(max_n),
-            "--seed", str(args.seed), "--functions", args.functions,
+            "--seed", str(args.seed), "--functions", args.functions, "--dtypes", args.dtypes,
         ]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
