@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU acceptance checks, run on an H200 from the repo root:
 #   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|tolerances-bf16|benchmark|tune|mutants|race|leaderboard ...]
-# With no step names it runs grade, race, benchmark and leaderboard (about 11 minutes on an H200:
-# grade 2, race 0.5, benchmark 3, leaderboard 4, plus compiles). `tests` repeats what `grade`
+# With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
+# grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
 # case compiles new kernels: prefer `tolerances-bf16`. Each step's console output
 # goes to LOGDIR/<step>.log; with PACK=FILE.tgz set, LOGDIR is also packed into FILE after each
