@@ -493,7 +493,7 @@ def backward_configs(d: int, dtype: torch.dtype) -> tuple[TileConfig, TileConfig
     if dtype == torch.float32:
         return TileConfig(32, 64, num_warps=4, num_stages=2), TileConfig(64, 32, num_warps=4, num_stages=2)
     if d <= 64:
-        return TileConfig(64, 64, num_warps=4, num_stages=3), TileConfig(64, 64, num_warps=4, num_stages=3)
+        return TileConfig(64, 64, num_warps=4, num_stages=3), TileConfig(64, 128, num_warps=4, num_stages=3)
     return TileConfig(32, 128, num_warps=8, num_stages=2), TileConfig(128, 32, num_warps=8, num_stages=2)
 
 
