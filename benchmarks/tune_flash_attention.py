@@ -180,7 +180,7 @@ def tune_stage(rows: list[str], rep_ms: int) -> None:
 def harness_stage(rows: list[str], best: dict[str, TileConfig]) -> None:
     """The leaderboard's own timing (torch.compile(Fn.apply), o.sum().backward(), do_bench median),
     with the shipped configs and with this run's fastest, beside SDPA's flash and cuDNN backends."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from flash_attention_benchmark import SDPA_BACKENDS, sdpa_fn  # beside this file
 
     B, n, d = LEADERBOARD["batch"], LEADERBOARD["n"], LEADERBOARD["d"]
     torch._dynamo.reset()
@@ -198,14 +198,8 @@ def harness_stage(rows: list[str], best: dict[str, TileConfig]) -> None:
             emit(rows, f"| harness | {label} | failed | | {type(error).__name__}: {str(error)[:80]} |")
             return float("nan")
 
-    def sdpa(backend):
-        def run(q, k, v, is_causal):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
-        return run
-
-    flash = timed("SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION), four_d=True)
-    timed("SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION), four_d=True)
+    flash = timed("SDPA flash", sdpa_fn(SDPA_BACKENDS["sdpa_flash"]), four_d=True)
+    timed("SDPA cuDNN", sdpa_fn(SDPA_BACKENDS["sdpa_cudnn"]), four_d=True)
     ours = timed(f"reference, shipped configs {shipped(d, torch.bfloat16)}", torch.compile(fat.FlashAttentionTriton.apply))
     if "dkdv" in best and "dq" in best:
         torch._dynamo.reset()
