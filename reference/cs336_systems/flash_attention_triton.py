@@ -178,37 +178,17 @@ def flash_fwd_kernel(
 
 
 @triton.jit
-def flash_bwd_preprocess_kernel(
-    O_ptr, dO_ptr, Delta_ptr,
-    stride_ob, stride_oq, stride_od,
-    stride_dob, stride_doq, stride_dod,
-    stride_deltab, stride_deltaq,
-    N_QUERIES,
-    D: tl.constexpr,
-    Q_TILE_SIZE: tl.constexpr,
-):
-    """Delta[b, i] = sum_d O[b, i, d] * dO[b, i, d] in float32 (= rowsum(P * dP)). Grid (cdiv(N_QUERIES, Q_TILE_SIZE), batch)."""
-    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
-    offs_q = tl.program_id(0) * Q_TILE_SIZE + tl.arange(0, Q_TILE_SIZE)
-    offs_d = tl.arange(0, D)
-    q_in = offs_q[:, None] < N_QUERIES
-    o = tl.load(O_ptr + b * stride_ob + offs_q[:, None] * stride_oq + offs_d[None, :] * stride_od, mask=q_in, other=0.0)
-    do = tl.load(dO_ptr + b * stride_dob + offs_q[:, None] * stride_doq + offs_d[None, :] * stride_dod, mask=q_in, other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # (Bq,)
-    tl.store(Delta_ptr + b * stride_deltab + offs_q * stride_deltaq, delta, mask=offs_q < N_QUERIES)
-
-
-@triton.jit
 def _bwd_dkdv_query_tile(
     k, v, dk, dv, q_start, offs_k,
-    Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+    Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
     stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
     N_QUERIES, qk_scale,
     D: tl.constexpr, Q_TILE_SIZE: tl.constexpr,
     IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr, UPCAST_DOTS: tl.constexpr,
 ):
     """Add one query tile's share to dK and dV of a key tile, working in transposed form
-    (rows = keys) so that every product is a plain tl.dot: P^T = exp2(K Q^T * scale * log2 e - L * log2 e)."""
+    (rows = keys) so that every product is a plain tl.dot: P^T = exp2(K Q^T * scale * log2 e - Lse2),
+    Lse2 = L * log2 e being written by the dQ kernel."""
     offs_q = q_start + tl.arange(0, Q_TILE_SIZE)
     offs_d = tl.arange(0, D)
     q_ptrs = Q_ptr + offs_q[:, None] * stride_qq + offs_d[None, :] * stride_qd
@@ -217,12 +197,12 @@ def _bwd_dkdv_query_tile(
         q_in = offs_q < N_QUERIES
         q = tl.load(q_ptrs, mask=q_in[:, None], other=0.0)
         do = tl.load(do_ptrs, mask=q_in[:, None], other=0.0)
-        lse = tl.load(L_ptr + offs_q * stride_lq, mask=q_in, other=0.0)
+        lse2 = tl.load(Lse2_ptr + offs_q * stride_lq, mask=q_in, other=0.0)
         delta = tl.load(Delta_ptr + offs_q * stride_deltaq, mask=q_in, other=0.0)
     else:
         q = tl.load(q_ptrs)
         do = tl.load(do_ptrs)
-        lse = tl.load(L_ptr + offs_q * stride_lq)
+        lse2 = tl.load(Lse2_ptr + offs_q * stride_lq)
         delta = tl.load(Delta_ptr + offs_q * stride_deltaq)
     if UPCAST_DOTS:
         q = q.to(tl.float32)
@@ -231,7 +211,7 @@ def _bwd_dkdv_query_tile(
     # -- recompute P^T from the saved logsumexp --
     s_t = _dot(k, tl.trans(q), None, IEEE_DOTS) * qk_scale  # (Bk, Bq) log2 units
     dp_t = _dot(v, tl.trans(do), None, IEEE_DOTS)  # (Bk, Bq) dP^T = V dO^T, needs no P
-    p_t = tl.math.exp2(s_t - lse[None, :] * LOG2E)  # (Bk, Bq)
+    p_t = tl.math.exp2(s_t - lse2[None, :])  # (Bk, Bq)
     if MASKED:
         visible = offs_q[None, :] < N_QUERIES
         if IS_CAUSAL:
@@ -247,7 +227,7 @@ def _bwd_dkdv_query_tile(
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dK_ptr, dV_ptr,
+    Q_ptr, K_ptr, V_ptr, dO_ptr, Lse2_ptr, Delta_ptr, dK_ptr, dV_ptr,
     stride_qb, stride_qq, stride_qd,
     stride_kb, stride_kk, stride_kd,
     stride_vb, stride_vk, stride_vd,
@@ -266,7 +246,8 @@ def flash_bwd_dkdv_kernel(
     UPCAST_DOTS: tl.constexpr = False,
 ):
     """One program: dK and dV of one key tile of one batch element, summed over query tiles.
-    Grid (cdiv(N_KEYS, K_TILE_SIZE), batch). No two programs write the same element: no atomics."""
+    Grid (cdiv(N_KEYS, K_TILE_SIZE), batch). No two programs write the same element: no atomics.
+    Reads Delta and Lse2 = L * log2 e (float32, (B, Nq)), which the dQ kernel writes."""
     b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     k_start = tl.program_id(0) * K_TILE_SIZE
     offs_k = k_start + tl.arange(0, K_TILE_SIZE)
@@ -285,7 +266,7 @@ def flash_bwd_dkdv_kernel(
     qk_scale = scale * LOG2E
     Q_ptr += b * stride_qb
     dO_ptr += b * stride_dob
-    L_ptr += b * stride_lb
+    Lse2_ptr += b * stride_lb
     Delta_ptr += b * stride_deltab
 
     # Query tiles: [diag_end, full_end) are whole and wholly below the diagonal (no masks),
@@ -309,14 +290,14 @@ def flash_bwd_dkdv_kernel(
     if not IS_CAUSAL:
         for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
             dk, dv = _bwd_dkdv_query_tile(
-                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
                 stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
                 D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
                 UPCAST_DOTS=UPCAST_DOTS,
             )
     for q_start in range(diag_end, full_end, Q_TILE_SIZE):
         dk, dv = _bwd_dkdv_query_tile(
-            k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+            k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
             stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
             D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=False, IEEE_DOTS=IEEE_DOTS,
             UPCAST_DOTS=UPCAST_DOTS,
@@ -324,14 +305,14 @@ def flash_bwd_dkdv_kernel(
     if IS_CAUSAL:
         for q_start in range(start, diag_end, Q_TILE_SIZE):
             dk, dv = _bwd_dkdv_query_tile(
-                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
                 stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
                 D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
                 UPCAST_DOTS=UPCAST_DOTS,
             )
         for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
             dk, dv = _bwd_dkdv_query_tile(
-                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, L_ptr, Delta_ptr,
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
                 stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
                 D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
                 UPCAST_DOTS=UPCAST_DOTS,
@@ -383,10 +364,11 @@ def _bwd_dq_key_tile(
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Delta_ptr, dQ_ptr,
+    Q_ptr, K_ptr, V_ptr, O_ptr, dO_ptr, L_ptr, Delta_ptr, Lse2_ptr, dQ_ptr,
     stride_qb, stride_qq, stride_qd,
     stride_kb, stride_kk, stride_kd,
     stride_vb, stride_vk, stride_vd,
+    stride_ob, stride_oq, stride_od,
     stride_dob, stride_doq, stride_dod,
     stride_lb, stride_lq,
     stride_deltab, stride_deltaq,
@@ -401,7 +383,11 @@ def flash_bwd_dq_kernel(
     UPCAST_DOTS: tl.constexpr = False,
 ):
     """One program: dQ of one query tile of one batch element, summed over key tiles.
-    Grid (cdiv(N_QUERIES, Q_TILE_SIZE), batch); key tiles are visited as in the forward."""
+    Grid (cdiv(N_QUERIES, Q_TILE_SIZE), batch); key tiles are visited as in the forward.
+
+    It runs before the dK/dV kernel and also writes, for its rows, what that kernel needs:
+    Delta = rowsum(O * dO) (= rowsum(P * dP)) and Lse2 = L * log2 e, both float32 (B, Nq) with
+    Delta's strides. This saves the separate Delta pass FlashAttention-2 launches first."""
     q_tile = tl.program_id(0)
     if IS_CAUSAL:
         q_tile = tl.num_programs(0) - 1 - q_tile
@@ -412,8 +398,12 @@ def flash_bwd_dq_kernel(
     q_in = offs_q < N_QUERIES
     q = tl.load(Q_ptr + b * stride_qb + offs_q[:, None] * stride_qq + offs_d[None, :] * stride_qd, mask=q_in[:, None], other=0.0)
     do = tl.load(dO_ptr + b * stride_dob + offs_q[:, None] * stride_doq + offs_d[None, :] * stride_dod, mask=q_in[:, None], other=0.0)
+    o = tl.load(O_ptr + b * stride_ob + offs_q[:, None] * stride_oq + offs_d[None, :] * stride_od, mask=q_in[:, None], other=0.0)
     lse = tl.load(L_ptr + b * stride_lb + offs_q * stride_lq, mask=q_in, other=0.0) * LOG2E
-    delta = tl.load(Delta_ptr + b * stride_deltab + offs_q * stride_deltaq, mask=q_in, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # (Bq,)
+    row_offsets = b * stride_deltab + offs_q * stride_deltaq
+    tl.store(Delta_ptr + row_offsets, delta, mask=q_in)
+    tl.store(Lse2_ptr + row_offsets, lse, mask=q_in)
     if UPCAST_DOTS:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
@@ -557,38 +547,23 @@ def flash_forward_triton(
     return O, L
 
 
-def launch_bwd_preprocess(O: torch.Tensor, dO: torch.Tensor, q_tile: int = 64) -> torch.Tensor:
-    """Delta = rowsum(O * dO) in float32, shape (B, Nq). O and dO may have any strides."""
-    batch, n_queries, _ = O.shape
-    d = _static_head_dim(O.shape[2])
-    delta = torch.empty((batch, n_queries), device=O.device, dtype=torch.float32)  # (B, Nq)
-    flash_bwd_preprocess_kernel[(triton.cdiv(n_queries, q_tile), batch)](
-        O, dO, delta,
-        O.stride(0), O.stride(1), O.stride(2),
-        dO.stride(0), dO.stride(1), dO.stride(2),
-        delta.stride(0), delta.stride(1),
-        n_queries, D=d, Q_TILE_SIZE=q_tile,
-    )
-    return delta
-
-
 def launch_bwd_dkdv(
-    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, L: torch.Tensor, delta: torch.Tensor,
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, lse2: torch.Tensor, delta: torch.Tensor,
     is_causal: bool, config: TileConfig,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dK, dV (B, Nk, d) in K's and V's dtype, one program per key tile."""
+    """dK, dV (B, Nk, d) in K's and V's dtype, one program per key tile; lse2 and delta from ``launch_bwd_dq``."""
     batch, n_queries, _ = Q.shape
     n_keys = K.shape[1]
     d = _static_head_dim(Q.shape[2])
     dK = torch.empty((batch, n_keys, d), device=K.device, dtype=K.dtype)  # (B, Nk, d)
     dV = torch.empty((batch, n_keys, d), device=V.device, dtype=V.dtype)  # (B, Nk, d)
     flash_bwd_dkdv_kernel[(triton.cdiv(n_keys, config.k_tile), batch)](
-        Q, K, V, dO, L, delta, dK, dV,
+        Q, K, V, dO, lse2, delta, dK, dV,
         Q.stride(0), Q.stride(1), Q.stride(2),
         K.stride(0), K.stride(1), K.stride(2),
         V.stride(0), V.stride(1), V.stride(2),
         dO.stride(0), dO.stride(1), dO.stride(2),
-        L.stride(0), L.stride(1),
+        lse2.stride(0), lse2.stride(1),
         delta.stride(0), delta.stride(1),
         dK.stride(0), dK.stride(1), dK.stride(2),
         dV.stride(0), dV.stride(1), dV.stride(2),
@@ -600,19 +575,24 @@ def launch_bwd_dkdv(
 
 
 def launch_bwd_dq(
-    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, L: torch.Tensor, delta: torch.Tensor,
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor, dO: torch.Tensor, L: torch.Tensor,
     is_causal: bool, config: TileConfig,
-) -> torch.Tensor:
-    """dQ (B, Nq, d) in Q's dtype, one program per query tile."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dQ (B, Nq, d) in Q's dtype, delta, lse2), one program per query tile.
+
+    delta = rowsum(O * dO) and lse2 = L * log2(e), both float32 (B, Nq): the dK/dV kernel's inputs."""
     batch, n_queries, _ = Q.shape
     n_keys = K.shape[1]
     d = _static_head_dim(Q.shape[2])
     dQ = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
+    delta = torch.empty((batch, n_queries), device=Q.device, dtype=torch.float32)  # (B, Nq)
+    lse2 = torch.empty_like(delta)  # (B, Nq), delta's strides
     flash_bwd_dq_kernel[(triton.cdiv(n_queries, config.q_tile), batch)](
-        Q, K, V, dO, L, delta, dQ,
+        Q, K, V, O, dO, L, delta, lse2, dQ,
         Q.stride(0), Q.stride(1), Q.stride(2),
         K.stride(0), K.stride(1), K.stride(2),
         V.stride(0), V.stride(1), V.stride(2),
+        O.stride(0), O.stride(1), O.stride(2),
         dO.stride(0), dO.stride(1), dO.stride(2),
         L.stride(0), L.stride(1),
         delta.stride(0), delta.stride(1),
@@ -621,7 +601,7 @@ def launch_bwd_dq(
         D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    return dQ
+    return dQ, delta, lse2
 
 
 def flash_backward_triton(
@@ -634,7 +614,8 @@ def flash_backward_triton(
     is_causal: bool,
     configs: tuple[TileConfig, TileConfig] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the three backward kernels (Delta, then dK/dV, then dQ). Returns dQ, dK, dV in the inputs' dtype.
+    """Launch the two backward kernels: dQ (which also writes Delta and L * log2 e), then dK/dV.
+    Returns dQ, dK, dV in the inputs' dtype.
 
     dO may have any strides, including the all-zero strides of ``o.sum().backward()``.
     """
@@ -642,9 +623,8 @@ def flash_backward_triton(
     if dO.stride(-1) != 1:  # e.g. the all-zero strides of o.sum().backward(): loads of dO rows could not be vectorised
         dO = dO.contiguous()
     dkdv_config, dq_config = configs or backward_configs(_static_head_dim(Q.shape[2]), Q.dtype)
-    delta = launch_bwd_preprocess(O, dO)  # (B, Nq)
-    dK, dV = launch_bwd_dkdv(Q, K, V, dO, L, delta, is_causal, dkdv_config)
-    dQ = launch_bwd_dq(Q, K, V, dO, L, delta, is_causal, dq_config)
+    dQ, delta, lse2 = launch_bwd_dq(Q, K, V, O, dO, L, is_causal, dq_config)  # delta, lse2: (B, Nq)
+    dK, dV = launch_bwd_dkdv(Q, K, V, dO, lse2, delta, is_causal, dkdv_config)
     return dQ, dK, dV
 
 
