@@ -101,7 +101,7 @@ def compile_report(kernel: str, q_tile: int, k_tile: int, num_warps: int, num_st
             constexprs[name] = 1  # unit strides are specialised to the constant 1 at launch
             signature[name] = "constexpr"
         elif name.endswith("_ptr"):
-            signature[name] = "*fp32" if name in ("L_ptr", "Delta_ptr") else f"*{dtype}"
+            signature[name] = "*fp32" if name in ("L_ptr", "Lse2_ptr", "Delta_ptr") else f"*{dtype}"
             attrs[(index,)] = [["tt.divisibility", 16]]
         elif name == "scale":
             signature[name] = "fp32"
