@@ -16,8 +16,10 @@ about 2.5 times that (five products instead of two). The kernels therefore
   and run the rest of the loop mask-free,
 * use ``exp2`` with ``scale * log2(e)`` folded into one multiply,
 * keep the running max, sum and accumulator in float32,
-* run the backward without atomics: one kernel owns a key tile and accumulates its dK, dV over
-  query tiles; another owns a query tile and accumulates its dQ over key tiles.
+* run the backward without atomics, in two launches: the dQ kernel owns a query tile and
+  accumulates its dQ over key tiles (and writes Delta = rowsum(O * dO), which FlashAttention-2
+  computes in a pass of its own); then the dK/dV kernel owns a key tile and accumulates its
+  dK, dV over query tiles.
 
 Contract and masking are those of ``flash_attention_pytorch.py`` (see its docstring): L is the
 natural-log logsumexp in float32; query i sees key j when j <= i; no row is ever fully masked.
@@ -26,8 +28,8 @@ answers in triton 3.6, so there the kernels upcast dot operands to float32 (``UP
 Float32 inputs use IEEE float32 dots (``IEEE_DOTS``), not tf32, so they match float32 PyTorch.
 
 Measured on an H200 at the leaderboard shape (16, 16384, 64) bfloat16 causal, called through
-``torch.compile``: forward 1.37 ms, forward+backward 4.95 ms (SDPA's flash backend 7.01 ms,
-cuDNN 4.34 ms, same run; 5.10 ms under the leaderboard's 10 s timing). benchmarks/NOTES.md has
+``torch.compile``: forward 1.39 ms, forward+backward 4.95 ms (SDPA's flash backend 6.98 ms,
+cuDNN 4.41 ms, same run; 4.97 ms under the leaderboard's 10 s timing). benchmarks/NOTES.md has
 the floor, the tuning and what did not help.
 """
 
