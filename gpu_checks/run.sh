@@ -4,7 +4,7 @@
 # With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
 # grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
-# case compiles new kernels: prefer `tolerances-bf16`. Each step's console output
+# case compiles new kernels: prefer `tolerances-bf16` (83 s on the H200). Each step's console output
 # goes to LOGDIR/<step>.log; with PACK=FILE.tgz set, LOGDIR is also packed into FILE after each
 # step. The records of past runs live beside this script.
 set -uo pipefail
