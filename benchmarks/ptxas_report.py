@@ -92,16 +92,18 @@ def compile_report(kernel: str, q_tile: int, k_tile: int, num_warps: int, num_st
     fn = getattr(module, KERNELS[kernel])
     constexprs = {"D": d, "Q_TILE_SIZE": q_tile, "K_TILE_SIZE": k_tile, "IS_CAUSAL": causal,
                   "IEEE_DOTS": False, "UPCAST_DOTS": False}
+    if "PAIRED_STATS" in fn.arg_names:  # the dK/dV kernel's load of the row statistics, as the launcher picks it
+        constexprs["PAIRED_STATS"] = module.paired_stats_load(d)
     signature, attrs = {}, {}
     for index, name in enumerate(fn.arg_names):
         if fn.params[index].is_constexpr:
             constexprs.setdefault(name, fn.params[index].default)
             signature[name] = "constexpr"
-        elif name.startswith("stride") and (name.endswith("d") or name in ("stride_lq", "stride_deltaq")):
+        elif name.startswith("stride") and (name.endswith("d") or name == "stride_lq"):
             constexprs[name] = 1  # unit strides are specialised to the constant 1 at launch
             signature[name] = "constexpr"
         elif name.endswith("_ptr"):
-            signature[name] = "*fp32" if name in ("L_ptr", "Lse2_ptr", "Delta_ptr") else f"*{dtype}"
+            signature[name] = "*fp32" if name in ("L_ptr", "Stats_ptr") else f"*{dtype}"
             attrs[(index,)] = [["tt.divisibility", 16]]
         elif name == "scale":
             signature[name] = "fp32"

@@ -141,8 +141,8 @@ def tune_stage(rows: list[str], rep_ms: int) -> None:
     q, k, v, dO = (torch.randn(B, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
     fwd_flop = 2 * B * n * n * d  # causal: half of 4 B N^2 d
     O_ref, L_ref = fat.flash_forward_triton(q, k, v, True)
-    dq_ref, delta, lse2 = fat.launch_bwd_dq(q, k, v, O_ref, dO, L_ref, True, fat.backward_configs(d, q.dtype)[1])
-    dkdv_ref = fat.launch_bwd_dkdv(q, k, v, dO, lse2, delta, True, fat.backward_configs(d, q.dtype)[0])
+    dq_ref, stats = fat.launch_bwd_dq(q, k, v, O_ref, dO, L_ref, True, fat.backward_configs(d, q.dtype)[1])
+    dkdv_ref = fat.launch_bwd_dkdv(q, k, v, dO, stats, True, fat.backward_configs(d, q.dtype)[0])
 
     timings: dict[str, list[tuple[float, TileConfig]]] = {"fwd": [], "dkdv": [], "dq": []}
 
@@ -161,16 +161,16 @@ def tune_stage(rows: list[str], rep_ms: int) -> None:
         bench("fwd", cfg, lambda cfg=cfg: fat.flash_forward_triton(q, k, v, True, cfg), (O_ref, L_ref), fwd_flop)
     # dK/dV does 4 of the 5 backward products' worth (S^T, dV, dP^T, dK); dQ 3 (S, dP, dQ): count what each runs.
     for cfg in DKDV_CANDIDATES:
-        bench("dkdv", cfg, lambda cfg=cfg: fat.launch_bwd_dkdv(q, k, v, dO, lse2, delta, True, cfg), dkdv_ref, 2 * fwd_flop)
+        bench("dkdv", cfg, lambda cfg=cfg: fat.launch_bwd_dkdv(q, k, v, dO, stats, True, cfg), dkdv_ref, 2 * fwd_flop)
     for cfg in DQ_CANDIDATES:
-        bench("dq", cfg, lambda cfg=cfg: fat.launch_bwd_dq(q, k, v, O_ref, dO, L_ref, True, cfg), (dq_ref, delta, lse2),
+        bench("dq", cfg, lambda cfg=cfg: fat.launch_bwd_dq(q, k, v, O_ref, dO, L_ref, True, cfg), (dq_ref, stats),
               1.5 * fwd_flop)
     best = {name: min(found, key=lambda t: t[0])[1] for name, found in timings.items() if found}
     # The all-zero-stride dO of o.sum().backward(), as the kernels would see it without the
     # launcher's .contiguous(): what that copy saves.
     ones = torch.ones(1, 1, 1, device="cuda", dtype=torch.bfloat16).expand(B, n, d)
     if "dkdv" in best:
-        bench("dkdv dO=expanded", best["dkdv"], lambda: fat.launch_bwd_dkdv(q, k, v, ones, lse2, delta, True, best["dkdv"]), None, 2 * fwd_flop)
+        bench("dkdv dO=expanded", best["dkdv"], lambda: fat.launch_bwd_dkdv(q, k, v, ones, stats, True, best["dkdv"]), None, 2 * fwd_flop)
     if "dq" in best:
         bench("dq dO=expanded", best["dq"], lambda: fat.launch_bwd_dq(q, k, v, O_ref, ones, L_ref, True, best["dq"]), None, 1.5 * fwd_flop)
     harness_stage(rows, best)

@@ -4,8 +4,9 @@ serialised wgmmas, checked offline with ptxas (no GPU needed).
 Staff only. Both defects cost speed, not correctness, so no correctness test would notice them:
 in the dK/dV kernel the order of its query loops alone decides whether ptxas serialises every
 wgmma (ptxas info C7515), which cost it 0.5 ms of 2.6 at the leaderboard shape on an H200
-(benchmarks/NOTES.md). The second test proves the check can fail: a copy of the kernel file with
-the diagonal loop moved back before the mask-free loop must come out serialised.
+(benchmarks/NOTES.md). The other tests prove the check can fail, on two copies of the kernel
+file that ptxas serialises: the diagonal loop moved back before the mask-free loop (d = 128), and
+the paired load of the row statistics forced at d = 128, where ``paired_stats_load`` refuses it.
 """
 
 from __future__ import annotations
@@ -57,8 +58,23 @@ def _diagonal_loop_first(source: str) -> str:
             + "    if IS_CAUSAL:\n" + source[tail:end] + source[end:])
 
 
+def _paired_stats_everywhere(source: str) -> str:
+    """The kernel file with the dK/dV kernel's paired statistics load used at every head dim."""
+    snippet = "    return d <= 64\n"
+    assert source.count(snippet) == 1, f"paired_stats_load no longer reads {snippet!r}; update this test"
+    return source.replace(snippet, "    return True\n")
+
+
 def test_the_check_catches_the_serialising_loop_order(tmp_path):
+    # At d = 64 the paired statistics load happens to keep even this order async; d = 128 does not.
     variant = tmp_path / "flash_attention_triton.py"
     variant.write_text(_diagonal_loop_first(KERNEL_FILE.read_text()))
-    [report] = _reports("dkdv", "64", "64", "4", "3", "--source", str(variant))
+    [report] = _reports("dkdv", "32", "128", "8", "2", "--d", "128", "--source", str(variant))
     assert report["serialised"], f"expected C7515 for the diagonal-first loop order; ptxas said:\n{report['ptxas_info']}"
+
+
+def test_the_check_catches_the_paired_statistics_load_at_d128(tmp_path):
+    variant = tmp_path / "flash_attention_triton.py"
+    variant.write_text(_paired_stats_everywhere(KERNEL_FILE.read_text()))
+    [report] = _reports("dkdv", "32", "128", "8", "2", "--d", "128", "--non-causal", "--source", str(variant))
+    assert report["serialised"], f"expected C7515 for the paired load at d = 128; ptxas said:\n{report['ptxas_info']}"

@@ -180,17 +180,43 @@ def flash_fwd_kernel(
 
 
 @triton.jit
+def _load_row_stats(Stats_ptr, offs_q, N_QUERIES, MASKED: tl.constexpr, PAIRED: tl.constexpr):
+    """(L * log2 e, Delta) of the queries offs_q from a batch element's statistics; 0 past N_QUERIES
+    when MASKED. PAIRED: the statistics are (Nq, 2) rows, and each query's pair loads as one
+    8-byte element (at d = 64 the dK/dV loop then has 298 instructions per tile instead of 327,
+    and runs 10% faster). Otherwise they are two planes (2, Nq), read by two unit-stride loads:
+    at d = 128 any strided or paired load made ptxas serialise the kernel's wgmmas (C7515)."""
+    q_in = offs_q < N_QUERIES
+    if PAIRED:
+        pairs = Stats_ptr + offs_q[:, None] * 2 + tl.arange(0, 2)[None, :]  # (Bq, 2)
+        if MASKED:
+            stats = tl.load(pairs, mask=q_in[:, None], other=0.0)
+        else:
+            stats = tl.load(pairs)
+        lse2, delta = tl.split(stats)  # (Bq,) each
+    else:
+        if MASKED:
+            lse2 = tl.load(Stats_ptr + offs_q, mask=q_in, other=0.0)
+            delta = tl.load(Stats_ptr + N_QUERIES + offs_q, mask=q_in, other=0.0)
+        else:
+            lse2 = tl.load(Stats_ptr + offs_q)
+            delta = tl.load(Stats_ptr + N_QUERIES + offs_q)
+    return lse2, delta
+
+
+@triton.jit
 def _bwd_dkdv_query_tile(
     k, v, dk, dv, q_start, offs_k,
-    Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
-    stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq,
+    Q_ptr, dO_ptr, Stats_ptr,
+    stride_qq, stride_qd, stride_doq, stride_dod,
     N_QUERIES, qk_scale,
     D: tl.constexpr, Q_TILE_SIZE: tl.constexpr,
     IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr, UPCAST_DOTS: tl.constexpr,
+    PAIRED_STATS: tl.constexpr,
 ):
     """Add one query tile's share to dK and dV of a key tile, working in transposed form
-    (rows = keys) so that every product is a plain tl.dot: P^T = exp2(K Q^T * scale * log2 e - Lse2),
-    Lse2 = L * log2 e being written by the dQ kernel."""
+    (rows = keys) so that every product is a plain tl.dot: P^T = exp2(K Q^T * scale * log2 e - L * log2 e).
+    Stats_ptr: the batch element's row statistics from the dQ kernel (see ``_load_row_stats``)."""
     offs_q = q_start + tl.arange(0, Q_TILE_SIZE)
     offs_d = tl.arange(0, D)
     q_ptrs = Q_ptr + offs_q[:, None] * stride_qq + offs_d[None, :] * stride_qd
@@ -199,13 +225,10 @@ def _bwd_dkdv_query_tile(
         q_in = offs_q < N_QUERIES
         q = tl.load(q_ptrs, mask=q_in[:, None], other=0.0)
         do = tl.load(do_ptrs, mask=q_in[:, None], other=0.0)
-        lse2 = tl.load(Lse2_ptr + offs_q * stride_lq, mask=q_in, other=0.0)
-        delta = tl.load(Delta_ptr + offs_q * stride_deltaq, mask=q_in, other=0.0)
     else:
         q = tl.load(q_ptrs)
         do = tl.load(do_ptrs)
-        lse2 = tl.load(Lse2_ptr + offs_q * stride_lq)
-        delta = tl.load(Delta_ptr + offs_q * stride_deltaq)
+    lse2, delta = _load_row_stats(Stats_ptr, offs_q, N_QUERIES, MASKED=MASKED, PAIRED=PAIRED_STATS)
     if UPCAST_DOTS:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
@@ -229,13 +252,12 @@ def _bwd_dkdv_query_tile(
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q_ptr, K_ptr, V_ptr, dO_ptr, Lse2_ptr, Delta_ptr, dK_ptr, dV_ptr,
+    Q_ptr, K_ptr, V_ptr, dO_ptr, Stats_ptr, dK_ptr, dV_ptr,
     stride_qb, stride_qq, stride_qd,
     stride_kb, stride_kk, stride_kd,
     stride_vb, stride_vk, stride_vd,
     stride_dob, stride_doq, stride_dod,
-    stride_lb, stride_lq,
-    stride_deltab, stride_deltaq,
+    stride_statsb,
     stride_dkb, stride_dkk, stride_dkd,
     stride_dvb, stride_dvk, stride_dvd,
     N_QUERIES, N_KEYS,
@@ -246,10 +268,11 @@ def flash_bwd_dkdv_kernel(
     IS_CAUSAL: tl.constexpr,
     IEEE_DOTS: tl.constexpr = False,
     UPCAST_DOTS: tl.constexpr = False,
+    PAIRED_STATS: tl.constexpr = True,
 ):
     """One program: dK and dV of one key tile of one batch element, summed over query tiles.
     Grid (cdiv(N_KEYS, K_TILE_SIZE), batch). No two programs write the same element: no atomics.
-    Reads Delta and Lse2 = L * log2 e (float32, (B, Nq)), which the dQ kernel writes."""
+    Reads the row statistics the dQ kernel writes (L * log2 e and Delta, see ``_load_row_stats``)."""
     b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     k_start = tl.program_id(0) * K_TILE_SIZE
     offs_k = k_start + tl.arange(0, K_TILE_SIZE)
@@ -268,16 +291,16 @@ def flash_bwd_dkdv_kernel(
     qk_scale = scale * LOG2E
     Q_ptr += b * stride_qb
     dO_ptr += b * stride_dob
-    Lse2_ptr += b * stride_lb
-    Delta_ptr += b * stride_deltab
+    Stats_ptr += b * stride_statsb
 
     # Query tiles: [diag_end, full_end) are whole and wholly below the diagonal (no masks),
     # [start, diag_end) cross it (masked), [tail_start, N_QUERIES) is the ragged last tile.
     # The loop order is chosen for ptxas, not for the math (the sum is the same in any order):
     # causal runs the mask-free loop first, non-causal the tail first. With the other orders
     # ptxas serialises every wgmma of the kernel on sm_90 ("C7515: wgmma.mma_async instructions
-    # are serialized due to non wgmma instructions defining accumulator registers"), and the
-    # tensor cores stop overlapping the exponentials. benchmarks/NOTES.md has the timings.
+    # are serialized due to non wgmma instructions defining accumulator registers"; still so at
+    # d = 128, though no longer at d = 64 with the paired statistics load), and the tensor cores
+    # stop overlapping the exponentials. benchmarks/NOTES.md has the timings.
     # Causal: query tiles ending before k_start see none of these keys and are skipped; keys
     # with k_start >= N_QUERIES are seen by no query, and all three ranges come out empty.
     if IS_CAUSAL:
@@ -292,32 +315,32 @@ def flash_bwd_dkdv_kernel(
     if not IS_CAUSAL:
         for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
             dk, dv = _bwd_dkdv_query_tile(
-                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
-                stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Stats_ptr,
+                stride_qq, stride_qd, stride_doq, stride_dod, N_QUERIES, qk_scale,
                 D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
-                UPCAST_DOTS=UPCAST_DOTS,
+                UPCAST_DOTS=UPCAST_DOTS, PAIRED_STATS=PAIRED_STATS,
             )
     for q_start in range(diag_end, full_end, Q_TILE_SIZE):
         dk, dv = _bwd_dkdv_query_tile(
-            k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
-            stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+            k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Stats_ptr,
+            stride_qq, stride_qd, stride_doq, stride_dod, N_QUERIES, qk_scale,
             D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=False, IEEE_DOTS=IEEE_DOTS,
-            UPCAST_DOTS=UPCAST_DOTS,
+            UPCAST_DOTS=UPCAST_DOTS, PAIRED_STATS=PAIRED_STATS,
         )
     if IS_CAUSAL:
         for q_start in range(start, diag_end, Q_TILE_SIZE):
             dk, dv = _bwd_dkdv_query_tile(
-                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
-                stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Stats_ptr,
+                stride_qq, stride_qd, stride_doq, stride_dod, N_QUERIES, qk_scale,
                 D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
-                UPCAST_DOTS=UPCAST_DOTS,
+                UPCAST_DOTS=UPCAST_DOTS, PAIRED_STATS=PAIRED_STATS,
             )
         for q_start in range(tail_start, N_QUERIES, Q_TILE_SIZE):
             dk, dv = _bwd_dkdv_query_tile(
-                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Lse2_ptr, Delta_ptr,
-                stride_qq, stride_qd, stride_doq, stride_dod, stride_lq, stride_deltaq, N_QUERIES, qk_scale,
+                k, v, dk, dv, q_start, offs_k, Q_ptr, dO_ptr, Stats_ptr,
+                stride_qq, stride_qd, stride_doq, stride_dod, N_QUERIES, qk_scale,
                 D=D, Q_TILE_SIZE=Q_TILE_SIZE, IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
-                UPCAST_DOTS=UPCAST_DOTS,
+                UPCAST_DOTS=UPCAST_DOTS, PAIRED_STATS=PAIRED_STATS,
             )
 
     dk = dk * scale  # dS = P * (dP - Delta) is the gradient of the scaled scores
@@ -366,14 +389,14 @@ def _bwd_dq_key_tile(
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q_ptr, K_ptr, V_ptr, O_ptr, dO_ptr, L_ptr, Delta_ptr, Lse2_ptr, dQ_ptr,
+    Q_ptr, K_ptr, V_ptr, O_ptr, dO_ptr, L_ptr, Stats_ptr, dQ_ptr,
     stride_qb, stride_qq, stride_qd,
     stride_kb, stride_kk, stride_kd,
     stride_vb, stride_vk, stride_vd,
     stride_ob, stride_oq, stride_od,
     stride_dob, stride_doq, stride_dod,
     stride_lb, stride_lq,
-    stride_deltab, stride_deltaq,
+    stride_statsb,
     stride_dqb, stride_dqq, stride_dqd,
     N_QUERIES, N_KEYS,
     scale,
@@ -383,13 +406,15 @@ def flash_bwd_dq_kernel(
     IS_CAUSAL: tl.constexpr,
     IEEE_DOTS: tl.constexpr = False,
     UPCAST_DOTS: tl.constexpr = False,
+    PAIRED_STATS: tl.constexpr = True,
 ):
     """One program: dQ of one query tile of one batch element, summed over key tiles.
     Grid (cdiv(N_QUERIES, Q_TILE_SIZE), batch); key tiles are visited as in the forward.
 
     It runs before the dK/dV kernel and also writes, for its rows, what that kernel needs:
-    Delta = rowsum(O * dO) (= rowsum(P * dP)) and Lse2 = L * log2 e, both float32 (B, Nq) with
-    Delta's strides. This saves the separate Delta pass FlashAttention-2 launches first."""
+    L * log2 e and Delta = rowsum(O * dO) (= rowsum(P * dP)), float32, into Stats: (B, Nq, 2) rows
+    if PAIRED_STATS, else (B, 2, Nq) planes, contiguous either way (see ``_load_row_stats``).
+    This saves the separate Delta pass FlashAttention-2 launches first."""
     q_tile = tl.program_id(0)
     if IS_CAUSAL:
         q_tile = tl.num_programs(0) - 1 - q_tile
@@ -403,9 +428,12 @@ def flash_bwd_dq_kernel(
     o = tl.load(O_ptr + b * stride_ob + offs_q[:, None] * stride_oq + offs_d[None, :] * stride_od, mask=q_in[:, None], other=0.0)
     lse = tl.load(L_ptr + b * stride_lb + offs_q * stride_lq, mask=q_in, other=0.0) * LOG2E
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # (Bq,)
-    row_offsets = b * stride_deltab + offs_q * stride_deltaq
-    tl.store(Delta_ptr + row_offsets, delta, mask=q_in)
-    tl.store(Lse2_ptr + row_offsets, lse, mask=q_in)
+    Stats_ptr += b * stride_statsb
+    if PAIRED_STATS:  # (Nq, 2) rows
+        tl.store(Stats_ptr + offs_q[:, None] * 2 + tl.arange(0, 2)[None, :], tl.join(lse, delta), mask=q_in[:, None])
+    else:  # (2, Nq) planes
+        tl.store(Stats_ptr + offs_q, lse, mask=q_in)
+        tl.store(Stats_ptr + N_QUERIES + offs_q, delta, mask=q_in)
     if UPCAST_DOTS:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
@@ -489,6 +517,13 @@ def backward_configs(d: int, dtype: torch.dtype) -> tuple[TileConfig, TileConfig
     return TileConfig(32, 128, num_warps=8, num_stages=2), TileConfig(128, 32, num_warps=8, num_stages=2)
 
 
+def paired_stats_load(d: int) -> bool:
+    """Whether the dK/dV kernel loads each query's (L * log2 e, Delta) as one pair (see
+    ``_load_row_stats``): yes at d <= 64, where it is faster; no at d = 128, where ptxas would
+    serialise the kernel's wgmmas. benchmarks/ptxas_report.py compiles with the same choice."""
+    return d <= 64
+
+
 def _dot_flags(dtype: torch.dtype) -> dict[str, bool]:
     return {
         "IEEE_DOTS": dtype == torch.float32,
@@ -550,28 +585,27 @@ def flash_forward_triton(
 
 
 def launch_bwd_dkdv(
-    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, lse2: torch.Tensor, delta: torch.Tensor,
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor, stats: torch.Tensor,
     is_causal: bool, config: TileConfig,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dK, dV (B, Nk, d) in K's and V's dtype, one program per key tile; lse2 and delta from ``launch_bwd_dq``."""
+    """dK, dV (B, Nk, d) in K's and V's dtype, one program per key tile; stats from ``launch_bwd_dq``."""
     batch, n_queries, _ = Q.shape
     n_keys = K.shape[1]
     d = _static_head_dim(Q.shape[2])
     dK = torch.empty((batch, n_keys, d), device=K.device, dtype=K.dtype)  # (B, Nk, d)
     dV = torch.empty((batch, n_keys, d), device=V.device, dtype=V.dtype)  # (B, Nk, d)
     flash_bwd_dkdv_kernel[(triton.cdiv(n_keys, config.k_tile), batch)](
-        Q, K, V, dO, lse2, delta, dK, dV,
+        Q, K, V, dO, stats, dK, dV,
         Q.stride(0), Q.stride(1), Q.stride(2),
         K.stride(0), K.stride(1), K.stride(2),
         V.stride(0), V.stride(1), V.stride(2),
         dO.stride(0), dO.stride(1), dO.stride(2),
-        lse2.stride(0), lse2.stride(1),
-        delta.stride(0), delta.stride(1),
+        stats.stride(0),
         dK.stride(0), dK.stride(1), dK.stride(2),
         dV.stride(0), dV.stride(1), dV.stride(2),
         n_queries, n_keys, 1.0 / math.sqrt(d),
         D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        PAIRED_STATS=paired_stats_load(d), num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return dK, dV
 
@@ -580,30 +614,32 @@ def launch_bwd_dq(
     Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor, dO: torch.Tensor, L: torch.Tensor,
     is_causal: bool, config: TileConfig,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dQ (B, Nq, d) in Q's dtype, delta, lse2), one program per query tile.
+    """(dQ (B, Nq, d) in Q's dtype, stats), one program per query tile.
 
-    delta = rowsum(O * dO) and lse2 = L * log2(e), both float32 (B, Nq): the dK/dV kernel's inputs."""
+    stats: float32 L * log2(e) and rowsum(O * dO) per query, the dK/dV kernel's input; (B, Nq, 2)
+    if ``paired_stats_load(d)``, else (B, 2, Nq)."""
     batch, n_queries, _ = Q.shape
     n_keys = K.shape[1]
     d = _static_head_dim(Q.shape[2])
     dQ = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
-    delta = torch.empty((batch, n_queries), device=Q.device, dtype=torch.float32)  # (B, Nq)
-    lse2 = torch.empty_like(delta)  # (B, Nq), delta's strides
+    paired = paired_stats_load(d)
+    stats = torch.empty((batch, n_queries, 2) if paired else (batch, 2, n_queries), device=Q.device, dtype=torch.float32)
     flash_bwd_dq_kernel[(triton.cdiv(n_queries, config.q_tile), batch)](
-        Q, K, V, O, dO, L, delta, lse2, dQ,
+        Q, K, V, O, dO, L, stats, dQ,
         Q.stride(0), Q.stride(1), Q.stride(2),
         K.stride(0), K.stride(1), K.stride(2),
         V.stride(0), V.stride(1), V.stride(2),
         O.stride(0), O.stride(1), O.stride(2),
         dO.stride(0), dO.stride(1), dO.stride(2),
         L.stride(0), L.stride(1),
-        delta.stride(0), delta.stride(1),
+        stats.stride(0),
         dQ.stride(0), dQ.stride(1), dQ.stride(2),
         n_queries, n_keys, 1.0 / math.sqrt(d),
         D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
+        PAIRED_STATS=paired,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    return dQ, delta, lse2
+    return dQ, stats
 
 
 def flash_backward_triton(
@@ -625,8 +661,8 @@ def flash_backward_triton(
     if dO.stride(-1) != 1:  # e.g. the all-zero strides of o.sum().backward(): loads of dO rows could not be vectorised
         dO = dO.contiguous()
     dkdv_config, dq_config = configs or backward_configs(_static_head_dim(Q.shape[2]), Q.dtype)
-    dQ, delta, lse2 = launch_bwd_dq(Q, K, V, O, dO, L, is_causal, dq_config)  # delta, lse2: (B, Nq)
-    dK, dV = launch_bwd_dkdv(Q, K, V, dO, lse2, delta, is_causal, dkdv_config)
+    dQ, stats = launch_bwd_dq(Q, K, V, O, dO, L, is_causal, dq_config)  # stats: (B, Nq, 2)
+    dK, dV = launch_bwd_dkdv(Q, K, V, dO, stats, is_causal, dkdv_config)
     return dQ, dK, dV
 
 
