@@ -28,8 +28,8 @@ answers in triton 3.6, so there the kernels upcast dot operands to float32 (``UP
 Float32 inputs use IEEE float32 dots (``IEEE_DOTS``), not tf32, so they match float32 PyTorch.
 
 Measured on an H200 at the leaderboard shape (16, 16384, 64) bfloat16 causal, called through
-``torch.compile``: forward 1.39 ms, forward+backward 4.95 ms (SDPA's flash backend 6.98 ms,
-cuDNN 4.41 ms, same run; 4.97 ms under the leaderboard's 10 s timing). benchmarks/NOTES.md has
+``torch.compile``: forward 1.36 ms, forward+backward 4.68 ms (SDPA's flash backend 6.95 ms,
+cuDNN 4.34 ms, same run; 4.82 ms under the leaderboard's 10 s timing). benchmarks/NOTES.md has
 the floor, the tuning and what did not help.
 """
 
