@@ -18,7 +18,6 @@ of each round's do_bench median, and its ratio to the first source and to SDPA f
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 import triton
 from flash_attention_benchmark import SDPA_BACKENDS, sdpa_fn  # beside this file
+from ptxas_report import load_kernel_file  # beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,11 +39,7 @@ def load_source(name: str, path: Path):
     """The module at ``path`` (a copy of the reference kernel file), imported under a name of its own."""
     if not path.is_file():
         raise SystemExit(f"{name}={path}: no such file; pass NAME=PATH to a copy of flash_attention_triton.py")
-    spec = importlib.util.spec_from_file_location(f"kernel_source_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses in the module look themselves up here
-    spec.loader.exec_module(module)
-    return module
+    return load_kernel_file(path, f"kernel_source_{name}")
 
 
 def rel(x: torch.Tensor, ref: torch.Tensor) -> float:

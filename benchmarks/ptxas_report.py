@@ -59,6 +59,19 @@ class Report:
     ptxas_info: str
 
 
+def load_kernel_file(path: Path, module_name: str):
+    """Import ``path``, a copy of the reference kernel file, as a module of its own named
+    ``module_name`` (the reference's cs336_systems package must be registered first). Also used by
+    compare_kernel_sources.py, which loads several copies side by side."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses in the module look themselves up here
+    spec.loader.exec_module(module)
+    return module
+
+
 @functools.lru_cache(maxsize=None)
 def _load_reference_kernels(source: Path | None):
     """The reference module (or ``source``, a patched copy of it) with its kernels as JITFunctions."""
@@ -72,13 +85,7 @@ def _load_reference_kernels(source: Path | None):
         import cs336_systems.flash_attention_triton as module
 
         return module
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("flash_attention_triton_variant", source)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses in the module look themselves up here
-    spec.loader.exec_module(module)
-    return module
+    return load_kernel_file(source, "flash_attention_triton_variant")
 
 
 def compile_report(kernel: str, q_tile: int, k_tile: int, num_warps: int, num_stages: int, d: int = 64,
