@@ -4,11 +4,18 @@ Chooses the submission under test: ``--submission DIR``, else ``$CS336_SUBMISSIO
 directory (the student's own checkout). Tests get the submission's adapters through the
 ``adapters`` fixture. Tests marked ``gpu`` are skipped when no CUDA GPU is present, and Triton
 kernels run under the interpreter (TRITON_INTERPRET=1) when it is absent.
+
+With ``--isolate`` (the grader always passes it) the submission runs in a separate process,
+the executor (tests/executor/), and ``adapters`` is a stand-in that calls into it: the tests,
+their assertions and their verdicts stay in this process, where submitted code cannot reach.
+Without it the submission is imported here, which is simpler to debug.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,24 +37,49 @@ def pytest_addoption(parser):
         help="directory holding adapters.py and cs336_systems/ to test "
         "(default: $CS336_SUBMISSION, else the directory of this conftest.py)",
     )
+    group = parser.getgroup("executor", "running the submission in its own process (as the grader does)")
+    group.addoption("--isolate", action="store_true", help="run the submission in a separate executor process")
+    group.addoption("--executor-dir", default=None, help="folder for the executor's files (default: a temp folder)")
+    group.addoption("--executor-uid", type=int, default=None, help="user id the executor runs as (needs root)")
+    group.addoption("--executor-gid", type=int, default=None, help="group id the executor runs as (needs root)")
+    group.addoption("--executor-limits", default="{}", help="JSON resource limits for the executor")
+    group.addoption("--executor-timeout", type=float, default=None, help="seconds one test may wait on the executor")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is present")
     config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
+    config.executor = None
+    if config.getoption("--isolate"):
+        from tests.executor.client import Executor, ExecutorSettings
+
+        workdir = config.getoption("--executor-dir") or tempfile.mkdtemp(prefix="cs336-executor-")
+        config.executor = Executor(ExecutorSettings(
+            submission=config.submission_dir, workdir=Path(workdir), uid=config.getoption("--executor-uid"),
+            gid=config.getoption("--executor-gid"), limits=json.loads(config.getoption("--executor-limits")),
+            test_timeout_s=config.getoption("--executor-timeout"),
+        ))
 
 
 def pytest_report_header(config):
-    return f"submission under test: {config.submission_dir}"
+    where = "in a separate executor process" if config.executor else "in this process"
+    return f"submission under test: {config.submission_dir} (run {where})"
 
 
 def pytest_collection_modifyitems(config, items):
+    if config.executor is not None and items:
+        config.executor.start()  # it imports torch while the first tests are set up
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none found on this machine)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "executor", None) is not None:
+        config.executor.stop()
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +89,21 @@ def submission_dir(pytestconfig) -> Path:
 
 
 @pytest.fixture(scope="session")
-def adapters(submission_dir):
-    """The submission's ``adapters`` module: the only way tests reach student code."""
+def adapters(pytestconfig, submission_dir):
+    """The submission's ``adapters``: the only way tests reach student code (a stand-in under --isolate)."""
+    if pytestconfig.executor is not None:
+        from tests.executor.client import RemoteAdapters
+
+        return RemoteAdapters(pytestconfig.executor)
     return load_adapters(submission_dir)
+
+
+@pytest.fixture(autouse=True)
+def _executor_budget(pytestconfig):
+    """Under --isolate: each test gets its own time budget and a fresh start after a crash."""
+    executor = pytestconfig.executor
+    if executor is not None:
+        executor.begin_test()
+    yield
+    if executor is not None:
+        executor.end_test()

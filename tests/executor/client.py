@@ -1,0 +1,548 @@
+"""The harness's side of the executor: start it, call the submission through it, survive it.
+
+Read by the root ``conftest.py`` (which hands tests a ``RemoteAdapters`` under ``--isolate``)
+and by staff changing the protocol (``server.py`` is the other side). What a test sees:
+
+- ``adapters.run_time_steps(step, ...)`` calls the adapter in the executor; plain data and
+  tensors come back as copies, anything else (a class, a model) as a ``RemoteObject`` whose
+  attributes and calls go back to the executor;
+- a harness function passed as an argument runs in the harness when the submission calls it,
+  so fakes keep their records here, where the submission cannot edit them;
+- a returned tensor that has an autograd graph in the executor comes back with a stand-in
+  graph: ``torch.autograd.grad(O, (Q, K, V), dO)`` sends dO over and brings dQ, dK, dV back,
+  and ``O.grad_fn.saved_tensors`` holds copies of what the submission's forward saved;
+- an exception raised by the submission is raised here as the nearest built-in class, with the
+  submission's traceback attached as a note; a crash, a hang or a broken reply raises
+  ``ExecutorFailure`` naming what happened (and the limit, when one was hit), later calls in
+  the same test raise it again at once, and the next test gets a fresh executor;
+- a function marked as the Triton implementation must launch at least one ``@triton.jit``
+  kernel defined in the submission's own files each time its forward runs (``launches.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
+
+RUNTIME_PACKAGE = "cs336_executor"
+_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
+              f"from {RUNTIME_PACKAGE}.server import main; main(sys.argv[2:])")
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
+               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED")
+_PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_")
+_LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
+_START_TIMEOUT_S = 120.0
+
+
+class ExecutorFailure(Exception):
+    """The process running the submission died, hung, or sent something that is not a reply."""
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """How to run the executor.
+
+    ``submission``: the directory holding adapters.py and cs336_systems/ (copied, never used in
+    place); ``workdir``: a folder for the executor's copy, home, caches and log (created);
+    ``uid``/``gid``: the user it runs as (None: this process's user); ``limits``: rlimits
+    (``as_bytes``, ``cpu_s``, ``fsize_bytes``, ``nproc``; None leaves one unset);
+    ``test_timeout_s``: how long one test may wait on it in all.
+    """
+
+    submission: Path
+    workdir: Path
+    uid: int | None = None
+    gid: int | None = None
+    limits: dict[str, int | None] = field(default_factory=dict)
+    test_timeout_s: float | None = None
+    python: str = sys.executable
+
+
+def _describe_limit(name: str, value: int | None) -> str:
+    if value is None:
+        return ""
+    if name == "as_bytes":
+        return f"the address-space limit of {value / 2**30:.0f} GiB"
+    if name == "cpu_s":
+        return f"the CPU-time limit of {value} s"
+    if name == "fsize_bytes":
+        return f"the file-size limit of {value / 2**20:.0f} MiB"
+    return f"the limit of {value} processes and threads"
+
+
+def triton_kernels_in(directory: Path) -> dict[str, set[str]]:
+    """{file relative to ``directory``: names of functions decorated with ``@triton.jit``} for its .py files."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(Path(directory).rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(errors="replace"))
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and any(_is_jit(d) for d in node.decorator_list):
+                found.setdefault(path.relative_to(directory).as_posix(), set()).add(node.name)
+    return found
+
+
+def _is_jit(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+    return name == "jit"
+
+
+class Executor:
+    """One executor process at a time for this harness; restarted after it fails (see the module docstring)."""
+
+    def __init__(self, settings: ExecutorSettings):
+        self.settings = settings
+        self.process: subprocess.Popen | None = None
+        self.generation = 0
+        self.failure: str | None = None  # why the executor failed during the current test
+        self.deadline: float | None = None
+        self.launches: list[tuple[str, str]] = []
+        self._to, self._from = -1, -1
+        self._callbacks: dict[int, Any] = {}
+        self._released_handles: list[int] = []
+        self._released_graphs: list[int] = []
+        self._inputs: list[torch.Tensor] = []
+        self._kernels: dict[str, set[str]] | None = None
+        self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
+        self._prepared = False
+
+    # -- the process ---------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        work = self.settings.workdir
+        for sub in ("home", "tmp", "cache"):
+            (work / sub).mkdir(parents=True, exist_ok=True)
+        runtime = work / "runtime" / RUNTIME_PACKAGE
+        shutil.rmtree(runtime, ignore_errors=True)
+        shutil.copytree(Path(__file__).resolve().parent, runtime, ignore=shutil.ignore_patterns("__pycache__"))
+        copy = work / "submission"
+        shutil.rmtree(copy, ignore_errors=True)
+        copy.mkdir(parents=True)
+        source = Path(self.settings.submission)
+        shutil.copy2(source / "adapters.py", copy / "adapters.py")
+        shutil.copytree(source / "cs336_systems", copy / "cs336_systems", symlinks=False,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        self._kernels = triton_kernels_in(copy)
+        for path in [work, *work.rglob("*")]:
+            if path.is_symlink():
+                continue
+            path.chmod(0o755 if path.is_dir() else 0o644)
+            if self.settings.uid is not None and path != work and not path.is_relative_to(work / "runtime"):
+                os.chown(path, self.settings.uid, self.settings.gid)
+        for sub in ("home", "tmp", "cache"):
+            (work / sub).chmod(0o700)
+        self._prepared = True
+
+    def _env(self) -> dict[str, str]:
+        work = self.settings.workdir
+        env = {name: value for name, value in os.environ.items()
+               if name in _PASSED_ENV or name.startswith(_PASSED_PREFIXES)}
+        env.update({
+            "HOME": str(work / "home"), "TMPDIR": str(work / "tmp"), "USER": "executor", "LOGNAME": "executor",
+            "XDG_CACHE_HOME": str(work / "cache"), "TRITON_HOME": str(work / "home"),
+            "TRITON_CACHE_DIR": str(work / "cache" / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
+            "MPLCONFIGDIR": str(work / "cache" / "matplotlib"), "PYTHONDONTWRITEBYTECODE": "1",
+        })
+        return env
+
+    def start(self) -> None:
+        """Start a fresh executor (it imports torch while the harness goes on)."""
+        if self.process is not None:
+            return
+        if not self._prepared:
+            self._prepare()
+        work = self.settings.workdir
+        to_read, self._to = os.pipe()
+        self._from, from_write = os.pipe()
+        log = open(work / "executor.log", "ab")
+        extra = {}
+        if self.settings.uid is not None:
+            extra = {"user": self.settings.uid, "group": self.settings.gid, "extra_groups": []}
+        try:
+            self.process = subprocess.Popen(
+                [self.settings.python, "-I", "-B", "-c", _BOOTSTRAP, str(work / "runtime"), str(work / "submission"),
+                 str(to_read), str(from_write), json.dumps(self.settings.limits)],
+                cwd=work / "home", env=self._env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(to_read, from_write), start_new_session=True, umask=0o077, **extra,
+            )
+        finally:
+            log.close()
+            os.close(to_read)
+            os.close(from_write)
+        self.generation += 1
+        self._released_handles.clear()
+        self._released_graphs.clear()
+
+    def stop(self) -> None:
+        """Kill the executor and everything it started."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        for fd in (self._to, self._from):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.process = None
+
+    def _fail(self, what: str) -> ExecutorFailure:
+        status = None
+        if self.process is not None:
+            try:
+                status = self.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                status = None
+        self.stop()
+        message = what
+        if status is not None:
+            message += " " + self._describe_exit(status)
+        tail = self.log_tail()
+        if tail:
+            message += "; its last output:\n" + tail
+        self.failure = message
+        return ExecutorFailure(message)
+
+    def _describe_exit(self, status: int) -> str:
+        if status >= 0:
+            return f"(the process exited with status {status}: the code called sys.exit or os._exit, or Python aborted)"
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        limit = _LIMIT_NAMES.get(name)
+        if limit:
+            return f"(the process was killed by {name}: it went past {_describe_limit(limit, self.settings.limits.get(limit))})"
+        hint = {"SIGSEGV": "a segmentation fault", "SIGKILL": "killed, often for using too much memory",
+                "SIGABRT": "aborted", "SIGBUS": "a bus error", "SIGFPE": "an arithmetic error"}.get(name, name)
+        return f"(the process died with {name}: {hint})"
+
+    def log_tail(self, lines: int = 15) -> str:
+        path = self.settings.workdir / "executor.log"
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(max(0, path.stat().st_size - 16384))
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    # -- tests ---------------------------------------------------------------------------
+
+    def begin_test(self) -> None:
+        """Called before each test: a new time budget, no failure yet, no launches yet."""
+        self.failure = None
+        self.launches = []
+        timeout = self.settings.test_timeout_s
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    def end_test(self) -> None:
+        self.deadline = None
+
+    # -- values --------------------------------------------------------------------------
+
+    def _export(self, obj: Any) -> list:
+        if isinstance(obj, RemoteObject):
+            obj._check(self)
+            return ["R", obj._id]
+        if callable(obj):
+            callback_id = len(self._callbacks) + 1
+            self._callbacks[callback_id] = obj
+            return ["C", callback_id, str(getattr(obj, "__name__", "callback"))]
+        raise TypeError(f"cannot pass a {type(obj).__name__} to the submission's process: only plain data, "
+                        "tensors, functions and objects that came from it can cross")
+
+    def _handle(self, node: list) -> RemoteObject:
+        if len(node) != 3 or type(node[1]) is not int or type(node[2]) is not dict:
+            raise ProtocolError("a malformed handle")
+        info = {key: node[2].get(key) for key in ("type", "name", "callable")}
+        return RemoteObject(self, node[1], info)
+
+    def _arrived(self, tensor: torch.Tensor, requires_grad: bool, graph: Any) -> torch.Tensor:
+        if graph is None:
+            return tensor.requires_grad_(requires_grad and tensor.is_floating_point())
+        if type(graph) is not dict or type(graph.get("id")) is not int:
+            raise ProtocolError("a malformed graph record")
+        saved = []
+        if isinstance(graph.get("saved"), list):
+            saved = [self.codec.decode(node) for node in graph["saved"]]
+            if not all(isinstance(t, torch.Tensor) for t in saved):
+                raise ProtocolError("saved tensors that are not tensors")
+            saved = [t.detach() for t in saved]
+        inputs = [t for t in self._inputs if t.requires_grad]
+        link = _GraphLink(self, graph["id"], self.generation, len(inputs), self._tag)
+        if not inputs or not torch.is_grad_enabled():
+            weakref.finalize(tensor, self._released_graphs.append, graph["id"])
+            return tensor
+        output = _ExecutorGraph.apply(link, [tensor], saved, *inputs)
+        weakref.finalize(output, self._released_graphs.append, graph["id"])
+        return output
+
+    def _encode_args(self, args: Any) -> Any:
+        self._inputs = []
+        original = self.codec.encode_tensor
+
+        def note_tensor(tensor: torch.Tensor):
+            self._inputs.append(tensor)
+            return original(tensor)
+
+        self.codec.encode_tensor = note_tensor
+        try:
+            return self.codec.encode(args)
+        finally:
+            self.codec.encode_tensor = original
+
+    # -- requests ------------------------------------------------------------------------
+
+    def request(self, message: dict, tag: str | None = None) -> Any:
+        """Send ``message`` (values already encoded), serve callbacks, return the decoded reply."""
+        if self.failure is not None:
+            raise ExecutorFailure(f"not run: {self.failure.splitlines()[0]} (earlier in this test)")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise self._fail(f"timed out: the submission was still running after {self.settings.test_timeout_s:.0f} s")
+        self.start()
+        message["release"] = {"handles": self._released_handles[:], "graphs": self._released_graphs[:]}
+        self._released_handles.clear()
+        self._released_graphs.clear()
+        try:
+            send_frame(self._to, message)
+            while True:
+                reply = recv_frame(self._from, self._wait_until())
+                if not isinstance(reply, dict):
+                    raise ProtocolError("a reply that is not a dict")
+                if "callback" in reply:
+                    self._serve_callback(reply)
+                    continue
+                break
+        except (Closed, BrokenPipeError):
+            raise self._fail("the process running the submission died") from None
+        except TimedOut:
+            raise self._fail(f"timed out: the submission was still running after "
+                             f"{self.settings.test_timeout_s:.0f} s" if self.deadline else
+                             "timed out: the submission's process did not start") from None
+        except ProtocolError as error:
+            raise self._fail(f"the process running the submission sent a malformed reply ({error})") from None
+        launches = reply.get("launches") or []
+        if not (isinstance(launches, list) and all(isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x)
+                                                   for x in launches)):
+            raise self._fail("the process running the submission sent a malformed launch record")
+        self.launches += [tuple(x) for x in launches]
+        if "error" in reply:
+            raise _stand_in(reply["error"])
+        self._tag = tag
+        try:
+            value = self.codec.decode(reply.get("ok"))
+        except ProtocolError as error:
+            raise self._fail(f"the process running the submission sent a malformed value ({error})") from None
+        finally:
+            self._tag = None
+        if tag == "triton" and message.get("op") in ("call", "probe") and _holds_tensor(value):
+            self._check_triton_launches(launches, message)
+        return value
+
+    _tag: str | None = None
+
+    def _wait_until(self) -> float:
+        if self.deadline is not None:
+            return self.deadline
+        return time.monotonic() + _START_TIMEOUT_S * 10
+
+    def _serve_callback(self, message: dict) -> None:
+        callback = self._callbacks.get(message.get("callback"))
+        try:
+            if callback is None:
+                raise LookupError(f"no callback {message.get('callback')!r}")
+            args = self.codec.decode(message.get("args"))
+            kwargs = self.codec.decode(message.get("kwargs"))
+            reply = {"op": "return", "value": self.codec.encode(callback(*args, **kwargs))}
+        except ProtocolError:
+            raise
+        except Exception as error:  # noqa: BLE001  a fake that raises: the submission sees the error
+            base = next(c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins")
+            reply = {"op": "raise", "error": {"base": base, "message": str(error)}}
+        send_frame(self._to, reply)
+
+    def _check_triton_launches(self, launches: list, message: dict) -> None:
+        known = self._kernels or {}
+        own = [(name, file) for name, file in launches if name in known.get(file, set())]
+        if own:
+            return
+        seen = ", ".join(sorted({name for name, _ in launches})) or "none"
+        defined = ", ".join(sorted(f"{file}:{name}" for file, names in known.items() for name in names)) or "none"
+        raise AssertionError(
+            "the Triton Function returned without launching a @triton.jit kernel defined in your submission "
+            f"(kernels of your files launched: {seen}; @triton.jit functions found in your files: {defined}). "
+            "Its forward must do the attention in your own Triton kernels: PyTorch operations, "
+            "scaled_dot_product_attention, FlexAttention or kernels that torch.compile generates earn no Triton points."
+        )
+
+    def call(self, target: int | str, attr: str | None, args: tuple, kwargs: dict, tag: str | None = None) -> Any:
+        encoded = self._encode_args([list(args), kwargs])
+        return self.request({"op": "call", "target": target, "attr": attr, "args": encoded[1][0],
+                             "kwargs": encoded[1][1], "grad": torch.is_grad_enabled()}, tag)
+
+    def probe(self, name: str, *args, tag: str | None = None, **kwargs) -> Any:
+        encoded = self._encode_args([list(args), kwargs])
+        return self.request({"op": "probe", "name": name, "args": encoded[1][0], "kwargs": encoded[1][1],
+                             "grad": torch.is_grad_enabled()}, tag)
+
+    def getattr(self, target: int, name: str, tag: str | None) -> Any:
+        return self.request({"op": "getattr", "target": target, "name": name}, tag)
+
+    def backward(self, link: _GraphLink, grad: torch.Tensor) -> list:
+        if link.generation != self.generation:
+            raise ExecutorFailure("the submission's process was restarted since this output was computed")
+        self._inputs = []
+        grads = self.request({"op": "backward", "graph": link.graph_id, "grad": self.codec.encode(grad)})
+        if not isinstance(grads, list) or len(grads) != link.n_inputs or not all(
+                g is None or isinstance(g, torch.Tensor) for g in grads):
+            raise ExecutorFailure(f"the backward sent {type(grads).__name__} instead of {link.n_inputs} gradients")
+        return grads
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return False
+
+
+def _stand_in(error: Any) -> BaseException:
+    """The harness's copy of an exception the submission raised: a built-in class, never the submission's."""
+    if not isinstance(error, dict):
+        return ExecutorFailure("the process running the submission sent a malformed error")
+    base, message = str(error.get("base")), str(error.get("message", ""))
+    kind = str(error.get("type", base))
+    if base == "SystemExit":
+        code = error.get("code")
+        stand_in: BaseException = SystemExit(code if isinstance(code, int) else message or None)
+    elif base == "OutOfMemoryError":
+        stand_in = torch.OutOfMemoryError(message)
+    else:
+        cls = getattr(builtins, base, None)
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            cls = RuntimeError
+        try:
+            stand_in = cls(message)
+        except Exception:  # noqa: BLE001  classes whose constructor wants other arguments
+            stand_in = RuntimeError(message)
+        if isinstance(stand_in, MemoryError) or "MemoryError" in kind:
+            stand_in.add_note("The submission ran out of memory: it is limited to the address space the grader "
+                              "allows (see the handout's grading section).")
+    trace = str(error.get("traceback", ""))
+    if trace:
+        stand_in.add_note(f"raised in the submission's process ({kind}):\n{trace.rstrip()}")
+    return stand_in
+
+
+@dataclass(frozen=True)
+class _GraphLink:
+    executor: Executor
+    graph_id: int
+    generation: int
+    n_inputs: int
+    tag: str | None
+
+
+class _ExecutorGraph(torch.autograd.Function):
+    """A stand-in node: its backward asks the executor for the gradients of the real graph."""
+
+    @staticmethod
+    def forward(ctx, link: _GraphLink, box: list, saved: list, *inputs):
+        ctx.link = link
+        ctx.save_for_backward(*saved)
+        return box[0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        grads = ctx.link.executor.backward(ctx.link, grad)
+        return (None, None, None, *grads)
+
+
+class RemoteObject:
+    """An object that stays in the executor: attributes and calls go there and come back as copies."""
+
+    __slots__ = ("_executor", "_id", "_info", "_generation", "_tag", "__weakref__")
+
+    def __init__(self, executor: Executor, handle: int, info: dict, tag: str | None = None):
+        object.__setattr__(self, "_executor", executor)
+        object.__setattr__(self, "_id", handle)
+        object.__setattr__(self, "_info", info)
+        object.__setattr__(self, "_generation", executor.generation)
+        object.__setattr__(self, "_tag", tag or executor._tag)
+        weakref.finalize(self, executor._released_handles.append, handle)
+
+    def _check(self, executor: Executor) -> None:
+        if executor is not self._executor or self._generation != executor.generation:
+            raise ExecutorFailure(f"{self!r} belongs to a process of the submission that has since been restarted; "
+                                  "get it again from adapters")
+
+    @property
+    def __name__(self) -> str:
+        return self._info.get("name") or self._info.get("type", "object").rsplit(".", 1)[-1]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        self._check(self._executor)
+        return self._executor.getattr(self._id, name, self._tag)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot set {name!r} on an object of the submission's process")
+
+    def __call__(self, *args, **kwargs) -> Any:
+        self._check(self._executor)
+        return self._executor.call(self._id, None, args, kwargs, self._tag)
+
+    def __repr__(self) -> str:
+        return f"<{self._info.get('type')} {self._info.get('name') or ''} in the submission's process>"
+
+
+class RemoteAdapters:
+    """The submission's ``adapters`` module, as seen from the harness: ``adapters.<name>(...)`` runs there."""
+
+    TRITON_ADAPTERS = frozenset({"get_flashattention_autograd_function_triton"})
+
+    def __init__(self, executor: Executor):
+        self._executor = executor
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        executor = self._executor
+        tag = "triton" if name in self.TRITON_ADAPTERS else None
+
+        def call_adapter(*args, **kwargs):
+            return executor.call(name, None, args, kwargs, tag)
+
+        call_adapter.__name__ = name
+        return call_adapter
+
+    def probe(self, name: str, *args, tag: str | None = None, **kwargs) -> Any:
+        """Run the kit's probe ``name`` (``probes.PROBES``) next to the submission."""
+        return self._executor.probe(name, *args, tag=tag, **kwargs)

@@ -1,0 +1,65 @@
+"""Which Triton kernels ran: a launch log installed before the submission is imported.
+
+Read by the executor (``server.py``), which installs it, and by ``pytest`` runs without
+``--isolate``, which install it in their own process. Every launch of a ``@triton.jit``
+function (``kernel[grid](...)``, directly or through ``@triton.autotune`` and
+``@triton.heuristics``) goes through ``JITFunction.run`` on a GPU and through
+``InterpretedFunction.run`` under ``TRITON_INTERPRET=1``; both are wrapped here to note the
+kernel's name and the file that defines it. Kernels that torch.compile, FlexAttention or other
+libraries generate are launched another way and never appear, and launches of kernels defined
+outside the submission are dropped: what is left is the submission's own Triton work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch: the kernel's function name and the file (relative to the submission) that defines it."""
+
+    name: str
+    file: str
+
+
+class LaunchLog:
+    """Notes each launch of a Triton kernel defined under ``root``; ``take()`` returns and clears them."""
+
+    def __init__(self, root: str):
+        self.root = os.path.join(os.path.realpath(root), "")
+        self._launches: list[Launch] = []
+
+    def install(self) -> None:
+        """Wrap Triton's launch paths; call before the submission imports triton."""
+        from triton.runtime import interpreter, jit
+
+        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
+            if getattr(cls.run, "_cs336_launch_log", None) is not None:
+                continue
+            cls.run = self._wrap(cls.run)
+
+    def _wrap(self, run):
+        log = self
+
+        def logged_run(kernel, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                log._note(getattr(kernel, "fn", None))
+            return run(kernel, *args, **kwargs)
+
+        logged_run._cs336_launch_log = self
+        return logged_run
+
+    def _note(self, fn) -> None:
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return
+        path = os.path.realpath(code.co_filename)
+        if path.startswith(self.root):
+            self._launches.append(Launch(fn.__name__, os.path.relpath(path, self.root)))
+
+    def take(self) -> list[Launch]:
+        """The launches noted since the last call, in order."""
+        launches, self._launches = self._launches, []
+        return launches

@@ -1,0 +1,265 @@
+"""The executor's main loop: import the submission, then run what the harness asks, one request at a time.
+
+Started by ``client.py`` as ``python -I -B -c <bootstrap> RUNTIME SUBMISSION IN_FD OUT_FD LIMITS``
+(RUNTIME is this package's copy in the executor's folder). Before any student code exists it
+applies the resource limits, makes the process die with its harness, and installs the Triton
+launch log. The submission is imported at the first request, so an import error is the answer
+to that request, not a dead process.
+
+Requests (dicts, see ``wire.py`` for values) and what they return:
+
+    {"op": "call", "target": name or handle id, "attr": None or str, "args", "kwargs", "grad": bool}
+        ``adapters.<name>(*args, **kwargs)``, or ``handle.<attr>(...)``, under ``torch.set_grad_enabled(grad)``
+    {"op": "getattr", "target": handle id, "name": str}
+    {"op": "probe", "name": str, "args", "kwargs", "grad": bool}
+        one of the kit's probes (``probes.PROBES``), given the adapters module first
+    {"op": "backward", "graph": id, "grad": tensor}
+        gradients of a returned tensor's inputs for ``grad``, one per input that required grad
+    {"op": "release", ...}, {"op": "reset"}: forget handles and graphs
+
+Every request may carry ``"release": {"handles": [...], "graphs": [...]}``. The reply is
+``{"ok": value, "launches": [[kernel, file], ...]}`` or ``{"error": {...}, "launches": [...]}``;
+while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
+``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
+callback are served too). Tensor arguments that require grad arrive as fresh leaves; a
+returned tensor with an autograd graph is kept, with those leaves, under a graph id.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import faulthandler
+import importlib.util
+import json
+import os
+import resource
+import signal
+import sys
+import traceback
+from typing import Any
+
+import torch
+
+from . import probes
+from .launches import LaunchLog
+from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+MAX_TEXT = 20_000
+_LIMITS = {"as_bytes": resource.RLIMIT_AS, "cpu_s": resource.RLIMIT_CPU, "fsize_bytes": resource.RLIMIT_FSIZE,
+           "nproc": resource.RLIMIT_NPROC}
+
+
+def apply_limits(limits: dict[str, int | None]) -> None:
+    """Set each given limit as both soft and hard (student code cannot raise it again)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for name, value in limits.items():
+        if value is not None and name in _LIMITS:
+            resource.setrlimit(_LIMITS[name], (int(value), int(value)))
+
+
+def error_payload(error: BaseException) -> dict:
+    """What the harness needs to raise a stand-in for ``error``: the nearest built-in class and the text."""
+    base = "RuntimeError"
+    for cls in type(error).__mro__:
+        if cls.__module__ == "builtins" and cls not in (KeyboardInterrupt, GeneratorExit, BaseException):
+            base = cls.__name__
+            break
+    if isinstance(error, torch.OutOfMemoryError):
+        base = "OutOfMemoryError"
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001  a student exception whose __str__ fails
+        message = "<the exception's message could not be read>"
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception:  # noqa: BLE001
+        text = ""
+    code = error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else None
+    return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "base": base,
+            "message": message[:MAX_TEXT], "traceback": text[-MAX_TEXT:], "code": code}
+
+
+class Server:
+    """The executor's state: the submission, the objects and graphs it keeps, the pipes."""
+
+    def __init__(self, submission: str, in_fd: int, out_fd: int):
+        self.submission = submission
+        self.in_fd, self.out_fd = in_fd, out_fd
+        self.adapters = None
+        self.objects: dict[int, Any] = {}
+        self.graphs: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        self.next_id = 1
+        self.leaves: list[torch.Tensor] = []
+        self.launch_log = LaunchLog(submission)
+        self.codec = Codec(export=self._export, imports={"R": self._resolve, "C": self._callback},
+                           on_tensor=self._arrived, encode_tensor_fn=self._encode_tensor)
+
+    # -- values --------------------------------------------------------------------------
+
+    def _new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def _export(self, obj: Any) -> list:
+        handle = self._new_id()
+        self.objects[handle] = obj
+        name = getattr(obj, "__name__", None)
+        info = {"type": f"{type(obj).__module__}.{type(obj).__qualname__}",
+                "name": name if isinstance(name, str) else None, "callable": callable(obj)}
+        return ["H", handle, info]
+
+    def _resolve(self, node: list) -> Any:
+        if len(node) != 2 or node[1] not in self.objects:
+            raise LookupError(f"no object with handle {node[1:]!r} (it was released, or the executor restarted)")
+        return self.objects[node[1]]
+
+    def _callback(self, node: list):
+        callback_id, name = node[1], node[2]
+        server = self
+
+        def call_harness(*args, **kwargs):
+            return server.call_back(callback_id, args, kwargs)
+
+        call_harness.__name__ = call_harness.__qualname__ = str(name)
+        return call_harness
+
+    def _arrived(self, tensor: torch.Tensor, requires_grad: bool, graph: Any) -> torch.Tensor:
+        if not requires_grad:
+            return tensor
+        leaf = tensor.detach().requires_grad_(True)
+        self.leaves.append(leaf)
+        return leaf
+
+    def _encode_tensor(self, tensor: torch.Tensor) -> list:
+        graph = None
+        if tensor.requires_grad and tensor.grad_fn is not None:
+            graph_id = self._new_id()
+            self.graphs[graph_id] = (tensor, list(self.leaves))
+            graph = {"id": graph_id, "saved": None, "why": ""}
+            try:
+                saved = tuple(tensor.grad_fn.saved_tensors)
+                graph["saved"] = [encode_tensor(t) for t in saved]
+            except Exception as error:  # noqa: BLE001  built-in nodes have no saved_tensors
+                graph["why"] = f"{type(error).__name__}: {error}"[:500]
+        return encode_tensor(tensor, graph)
+
+    # -- the submission ------------------------------------------------------------------
+
+    def load_adapters(self):
+        if self.adapters is None:
+            for name, file, package in (("cs336_systems", "cs336_systems/__init__.py", "cs336_systems"),
+                                        ("adapters", "adapters.py", None)):
+                path = os.path.join(self.submission, file)
+                spec = importlib.util.spec_from_file_location(
+                    name, path, submodule_search_locations=[os.path.join(self.submission, package)] if package else None)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
+            self.adapters = sys.modules["adapters"]
+        return self.adapters
+
+    # -- requests ------------------------------------------------------------------------
+
+    def handle(self, request: dict) -> Any:
+        release = request.get("release") or {}
+        for handle in release.get("handles", ()):
+            self.objects.pop(handle, None)
+        for graph in release.get("graphs", ()):
+            self.graphs.pop(graph, None)
+        op = request.get("op")
+        outer, self.leaves = self.leaves, []
+        try:
+            return self._run(op, request)
+        finally:
+            self.leaves = outer
+
+    def _run(self, op: str, request: dict) -> Any:
+        if op == "call":
+            target = request["target"]
+            function = getattr(self.load_adapters(), target) if isinstance(target, str) else self._resolve(["R", target])
+            if request.get("attr"):
+                function = getattr(function, request["attr"])
+            args = self.codec.decode(request["args"])
+            kwargs = self.codec.decode(request["kwargs"])
+            with torch.set_grad_enabled(bool(request.get("grad", True))):
+                result = function(*args, **kwargs)
+            return self.codec.encode(result)
+        if op == "getattr":
+            return self.codec.encode(getattr(self._resolve(["R", request["target"]]), request["name"]))
+        if op == "probe":
+            probe = probes.PROBES[request["name"]]
+            args = self.codec.decode(request["args"])
+            kwargs = self.codec.decode(request["kwargs"])
+            with torch.set_grad_enabled(bool(request.get("grad", True))):
+                result = probe(self.load_adapters, *args, **kwargs)
+            return self.codec.encode(result)
+        if op == "backward":
+            output, leaves = self.graphs[request["graph"]]
+            grad = self.codec.decode(request["grad"])
+            wanted = [leaf for leaf in leaves if leaf.requires_grad]
+            grads = torch.autograd.grad([output], wanted, [grad], retain_graph=True, allow_unused=True) if wanted else ()
+            return self.codec.encode([None if g is None else g.detach() for g in grads])
+        if op == "reset":
+            self.objects.clear()
+            self.graphs.clear()
+            return None
+        if op == "release":
+            return None
+        if op == "hello":
+            return {"pid": os.getpid(), "uid": os.getuid()}
+        raise ValueError(f"unknown request {op!r}")
+
+    def answer(self, request: dict) -> dict:
+        try:
+            reply = {"ok": self.handle(request)}
+        except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
+            reply = {"error": error_payload(error)}
+        reply["launches"] = [[launch.name, launch.file] for launch in self.launch_log.take()]
+        return reply
+
+    def call_back(self, callback_id: int, args: tuple, kwargs: dict) -> Any:
+        """Run the harness's callback ``callback_id``; serve nested requests until it returns."""
+        send_frame(self.out_fd, {"callback": callback_id, "args": self.codec.encode(list(args)),
+                                 "kwargs": self.codec.encode(kwargs)})
+        while True:
+            message = recv_frame(self.in_fd)
+            op = message.get("op")
+            if op == "return":
+                return self.codec.decode(message["value"])
+            if op == "raise":
+                error = message.get("error") or {}
+                cls = getattr(builtins, str(error.get("base")), RuntimeError)
+                if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                    cls = RuntimeError
+                raise cls(str(error.get("message", "")))
+            send_frame(self.out_fd, self.answer(message))
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = recv_frame(self.in_fd)
+            except Closed:
+                return
+            send_frame(self.out_fd, self.answer(request))
+
+
+def main(argv: list[str]) -> None:
+    submission, in_fd, out_fd, limits = argv
+    faulthandler.enable()
+    apply_limits(json.loads(limits))
+    server = Server(submission, int(in_fd), int(out_fd))
+    if os.environ.get("CS336_EXECUTOR_TRITON", "1") == "1":
+        try:
+            server.launch_log.install()
+        except ImportError:  # no triton on this machine: no launch can happen either
+            pass
+    server.serve()
