@@ -5,8 +5,10 @@ front door. The steps:
 
 1. copy the submission's ``adapters.py`` and ``cs336_systems/**/*.py`` into a fresh sandbox
    (autograder/sandbox.py), leaving everything else out;
-2. when running as root, make the hidden tests and the reference readable by root only, and
-   have every test process drop to an unprivileged sandbox user once its tests are collected;
+2. refuse to go on unless the submission can be isolated: as root, the hidden tests and the
+   reference become readable by root only, and each test process (the harness) runs the
+   submission in an executor under its own leased user id (autograder/uid_pool.py,
+   tests/executor/); not as root, only with ``--unisolated``;
 3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
    chains of processes at a time, with test files packed into chains by their expected
    durations (autograder/schedule.py);
@@ -19,7 +21,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -29,17 +30,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import uid_pool
 from autograder.manifest import Manifest, load_manifest
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
-from autograder.results import collect_tests, format_table, results_json, write_results
+from autograder.results import collect_tests, format_table, rejected_tests, results_json, write_results
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
-from autograder.sandbox import SandboxReport, SubmissionNotFound, build_sandbox
+from autograder.sandbox import SandboxReport, SubmissionNotFound, SubmissionRejected, build_sandbox
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.zygote import Zygote
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixtures", Path("reference"))
-SANDBOX_USERS = ("cs336-sandbox", "nobody")
+# Per executor (the process that runs the submission), set so that the reference passes with room
+# to spare: measured peaks are in autograder/README.md. The address-space limit applies only where
+# CUDA is absent (CUDA reserves far more address space than it uses).
+EXECUTOR_LIMITS = {"as_bytes": 24 << 30, "cpu_s": 3600, "fsize_bytes": 2 << 30, "nproc": 1024}
 
 
 @dataclass
@@ -55,7 +60,7 @@ class GradeOptions:
     test_timeout_s: float | None = None
     total_timeout_s: float | None = None
     require_gpu: bool = False
-    sandbox_user: str | None = "auto"
+    unisolated: bool = False
     jobs: int | None = None
     leaderboard: list | None = None
     verbose: bool = False
@@ -120,23 +125,6 @@ class _Printer:
                 self._flush(*key)
 
 
-def _sandbox_ids(choice: str | None) -> tuple[int | None, int | None, str | None]:
-    """(uid, gid, name) of the user that test processes drop to; all None when not root or disabled."""
-    if choice is None or os.geteuid() != 0:
-        return None, None, None
-    names = SANDBOX_USERS if choice == "auto" else (choice,)
-    for name in names:
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return entry.pw_uid, entry.pw_gid, name
-    if choice != "auto":
-        raise SystemExit(f"grade: sandbox user {choice!r} does not exist; create it (useradd --system {choice}) "
-                         "or pass --sandbox-user auto")
-    return None, None, None
-
-
 def _readable_as(uid: int, gid: int, paths: list[Path]) -> list[bool]:
     """Whether the user ``uid`` can read each of ``paths`` (checked in a forked child that drops to it)."""
     read_end, write_end = os.pipe()
@@ -159,16 +147,16 @@ def _readable_as(uid: int, gid: int, paths: list[Path]) -> list[bool]:
 
 
 def _sandbox_python(uid: int, gid: int, kit: Path) -> tuple[str | None, dict[str, str], str | None]:
-    """The python the sandboxed test processes run, extra environment for it, and a note if none can.
+    """The python the harness and its executors run, extra environment for it, and why if none can.
 
-    None means the sandbox user cannot read the kit or its packages, so tests must run
-    without dropping privileges (and the output says so).
+    None means an executor's user cannot read the installed packages, so the submission cannot
+    run isolated; the grade then stops (it never runs student code with the grader's rights).
     """
     site = Path(importlib.util.find_spec("torch").origin).resolve().parent.parent
-    kit_ok, site_ok, *python_ok = _readable_as(uid, gid, [kit / "conftest.py", site, *interpreter_paths()])
-    if not (kit_ok and site_ok):
-        return None, {}, (f"the sandbox user cannot read the kit ({kit}) or its packages ({site}), so test code ran "
-                          "with the grader's own rights and could read the hidden tests; make both world-readable")
+    site_ok, *python_ok = _readable_as(uid, gid, [site, *interpreter_paths()])
+    if not site_ok:
+        return None, {}, (f"an unprivileged user cannot read the kit's packages ({site}), so the submission cannot "
+                          f"run isolated; make that folder world-readable (chmod -R o+rX {site})")
     if all(python_ok):
         return sys.executable, {}, None
     python = mirrored_python(site)
@@ -190,6 +178,16 @@ def _protect_staff_files(kit: Path) -> None:
                 sub.chmod(0o711 if sub.is_dir() else 0o600)
         else:
             path.chmod(0o700)
+
+
+def _executor_limits() -> dict[str, int | None]:
+    """EXECUTOR_LIMITS for this machine: no address-space limit where CUDA runs, no process limit unless root."""
+    limits = dict(EXECUTOR_LIMITS)
+    if _gpu_runner():
+        limits["as_bytes"] = None
+    if os.geteuid() != 0:
+        limits["nproc"] = None  # it would count every process of this user, not only the executor's
+    return limits
 
 
 def _cuda_available() -> bool:
@@ -303,25 +301,41 @@ def grade(options: GradeOptions) -> GradeReport:
         try:
             sandbox = build_sandbox(options.submission, sandbox_dir,
                                     link_roots=[kit / "cs336_systems", kit / "adapters.py"])
+        except SubmissionRejected as error:  # a corrupt zip, or one over the limits: no test runs
+            return _rejected(options, manifest, problems, error, started)
         except SubmissionNotFound as error:
             notes.append(f"no submission found: {error}")
             shutil.rmtree(sandbox_dir, ignore_errors=True)
             sandbox = build_sandbox(private / "empty-upload", sandbox_dir)
-        uid, gid, user = _sandbox_ids(options.sandbox_user)
+        isolated = os.geteuid() == 0
+        user = "its own unprivileged user id (one per test process)" if isolated else None
         python, python_env = sys.executable, {}
-        if uid is not None:
-            python, python_env, note = _sandbox_python(uid, gid, kit)
-            if python is None:
-                python, uid, gid, user = sys.executable, None, None, None
-                notes.append(note)
+        refusal = None
+        if not isolated and not options.unisolated:
+            refusal = ("the grader is not running as root, so it cannot run the submission as an unprivileged user "
+                       "apart from the tests; run it as root (sudo), or pass --unisolated to grade code you trust "
+                       "(such as the reference) as yourself")
+        elif isolated:
+            probe = uid_pool.lease()
+            try:
+                found, python_env, why = _sandbox_python(probe.uid, probe.gid, kit)
+            finally:
+                probe.release()
+            refusal = None if found else f"the submission cannot be isolated: {why}"
+            python = found or python
+            _protect_staff_files(kit)
+        if refusal is not None:
+            print(f"grade: ERROR: {refusal}", file=sys.stderr, flush=True)
+            results = results_json([], manifest, execution_time=time.monotonic() - started,
+                                   output=f"The grader could not run: {refusal}.")
+            path = options.out / "results.json" if options.out else None
+            if path:
+                write_results(path, results)
+            return GradeReport(results, refusal, seconds=time.monotonic() - started, results_path=path, exit_code=2)
         workdir = shared / "work"
         for sub in ("", "home", "tmp", "cache"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
-            if uid is not None:
-                os.chown(workdir / sub, uid, gid)
-            (workdir / sub).chmod(0o700)
-        if uid is not None:
-            _protect_staff_files(kit)
+            (workdir / sub).chmod(0o755 if sub == "" else 0o700)
         files, unmapped = _test_files(kit, manifest, options.suites, problems)
         if options.tests:
             wanted_files = {nodeid.split("::", 1)[0] for nodeid in options.tests}
@@ -345,7 +359,7 @@ def grade(options: GradeOptions) -> GradeReport:
                       if len(together) < len(chains) else "")
         printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
                     f"per-test limit {test_timeout:.0f} s; "
-                    + (f"test code runs as user {user!r}" if user else "test code runs as this user (not root)"))
+                    + (f"the submission runs as {user}" if user else "the submission runs as this user (--unisolated)"))
 
         def problem_of(nodeid: str) -> str:
             problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
@@ -358,7 +372,8 @@ def grade(options: GradeOptions) -> GradeReport:
                 name=chain.suite, files=chain.files, sandbox=sandbox_dir, workdir=workdir,
                 private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
                 crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
-                keyword=options.keyword, select=options.tests, uid=uid, gid=gid, sweep_uid=user not in (None, "nobody"),
+                keyword=options.keyword, select=options.tests, executor_uids=isolated,
+                executor_limits=_executor_limits(),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
                 shard=chain.index,
@@ -405,6 +420,27 @@ def grade(options: GradeOptions) -> GradeReport:
             print(f"results: {path}")
         print(f"grade: finished in {seconds:.1f} s", flush=True)
     return GradeReport(results, table, tests, merged, sandbox, seconds, path, 0, user)
+
+
+def _rejected(options: GradeOptions, manifest: Manifest, problems, error: SubmissionRejected,
+              started: float) -> GradeReport:
+    """The grade of a submission the sandbox refused: every selected problem scores 0 with the reason."""
+    message = str(error)
+    tests = rejected_tests(problems, message)
+    table = format_table(tests, problems)
+    seconds = time.monotonic() - started
+    results = results_json(tests, manifest, execution_time=seconds,
+                           output=f"No test was run: {message}\n\n{table}", leaderboard=options.leaderboard)
+    path = None
+    if options.out is not None:
+        path = options.out / "results.json"
+        write_results(path, results)
+    if not options.quiet:
+        print(f"grade: {options.submission}: no test was run: {message}", flush=True)
+        print(table)
+        if path:
+            print(f"results: {path}")
+    return GradeReport(results, table, tests, [], error.report, seconds, path, 0, None)
 
 
 _ZYGOTES: dict[tuple, Zygote] = {}

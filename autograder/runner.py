@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from autograder import uid_pool
 from autograder.protocol import ForgedRecord, Verifier, new_key
 
 KIT = Path(__file__).resolve().parent.parent
@@ -71,9 +72,8 @@ class SuiteSpec:
     restart_limit: int = 25
     keyword: str | None = None
     select: list[str] | None = None
-    uid: int | None = None
-    gid: int | None = None
-    sweep_uid: bool = False
+    executor_uids: bool = False  # each test process's executor runs as its own leased uid (needs root)
+    executor_limits: dict[str, int | None] = field(default_factory=dict)
     threads: int = 1
     on_result: Callable[[str, Verdict], None] = lambda suite, outcome: None
     on_note: Callable[[str, str], None] = lambda suite, note: None
@@ -143,7 +143,8 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
     return env
 
 
-def pytest_args(spec: SuiteSpec, files: list[Path]) -> list[str]:
+def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int | None) -> list[str]:
+    """pytest's command line: the kit's config, the submission, and how to run its executor."""
     args = [
         "-c", str(PYTEST_CONFIG),
         "--rootdir", str(spec.kit),
@@ -155,7 +156,12 @@ def pytest_args(spec: SuiteSpec, files: list[Path]) -> list[str]:
         "--basetemp", str(spec.workdir / "pytest-tmp"),
         "-o", f"faulthandler_timeout={max(1.0, spec.test_timeout_s - 1.5):.1f}",
         "--submission", str(spec.sandbox),
+        "--isolate", "--executor-dir", str(executor_dir),
+        "--executor-limits", json.dumps(spec.executor_limits),
+        "--executor-timeout", f"{max(1.0, spec.test_timeout_s - 3.0):.1f}",
     ]
+    if uid is not None:
+        args += ["--executor-uid", str(uid), "--executor-gid", str(uid)]
     if spec.keyword:
         args += ["-k", spec.keyword]
     return args + [str(path) for path in files]
@@ -176,14 +182,19 @@ class _Child:
             path.write_text(json.dumps(run_only))
             run_only_arg = str(path)
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
+        self.lease = uid_pool.lease(start=os.getpid() + index) if spec.executor_uids else None
+        uid = self.lease.uid if self.lease else None
+        if uid is not None:
+            _sweep("", uid)  # anything a crashed earlier holder of this id left behind
+        executor_dir = spec.workdir / f"executor-{spec.name}{spec.shard}-{index}"
         log = open(self.log_path, "wb")
         script = str(Path(__file__).resolve().parent / "sandboxed_pytest.py")
-        uid_args = ["-" if spec.uid is None else str(spec.uid), "-" if spec.gid is None else str(spec.gid)]
         env = child_env(spec, self.run_id)
+        arguments = pytest_args(spec, files, executor_dir, uid)
         zygote = spec.zygote if spec.zygote is not None and spec.zygote.alive else None
         self.process = None
         if zygote is not None:
-            argv = [script, str(spec.kit), "3", "4", run_only_arg, *uid_args, "--", *pytest_args(spec, files)]
+            argv = [script, str(spec.kit), "3", "4", run_only_arg, "--", *arguments]
             null = os.open(os.devnull, os.O_RDONLY)
             try:
                 self.process = zygote.spawn(argv, env, spec.workdir,
@@ -194,7 +205,7 @@ class _Child:
                 os.close(null)
         if self.process is None:
             command = [spec.python, "-I", "-B", script, str(spec.kit), str(key_read), str(record_write), run_only_arg,
-                       *uid_args, "--", *pytest_args(spec, files)]
+                       "--", *arguments]
             self.process = subprocess.Popen(
                 command, cwd=spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(key_read, record_write), start_new_session=True,
@@ -237,7 +248,13 @@ class _Child:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
-        _sweep(self.run_id, self.spec.uid if self.spec.sweep_uid else None)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        _sweep(self.run_id, self.lease.uid if self.lease else None)
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
     def finish(self) -> int:
         """Wait for the process to end (it closed its pipe), then clean up; return its exit status."""
@@ -250,7 +267,7 @@ class _Child:
             os.killpg(self.process.pid, signal.SIGKILL)  # leftovers of the group
         except (ProcessLookupError, PermissionError):
             pass
-        _sweep(self.run_id, self.spec.uid if self.spec.sweep_uid else None)
+        self._sweep()
         os.close(self.record_read)
         return status
 
@@ -276,13 +293,15 @@ class _Child:
 
 def _sweep(run_id: str, uid: int | None) -> None:
     """Kill what a test process left running: by our run marker, and by the sandbox uid."""
-    marker = f"CS336_GRADER_RUN={run_id}".encode()
+    marker = f"CS336_GRADER_RUN={run_id}".encode() if run_id else None
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             if uid is not None and os.stat(f"/proc/{entry}").st_uid == uid:
                 os.kill(int(entry), signal.SIGKILL)
+                continue
+            if marker is None:
                 continue
             with open(f"/proc/{entry}/environ", "rb") as handle:
                 if marker in handle.read().split(b"\0"):

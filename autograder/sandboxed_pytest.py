@@ -1,7 +1,9 @@
 """The program the grader starts for each test run: pytest plus the grader's plugin.
 
 Started by autograder/runner.py as ``python -I -B sandboxed_pytest.py KIT KEY_FD RECORD_FD
-RUN_ONLY UID GID -- PYTEST_ARGS...`` (RUN_ONLY, UID and GID are "-" when unused). ``-I``
+RUN_ONLY -- PYTEST_ARGS...`` (RUN_ONLY is "-" when unused). This process is the harness: it
+never imports the submission, which runs in the executor that the kit's conftest starts for
+``--isolate`` (tests/executor/). ``-I``
 keeps PYTHONPATH, user site-packages and the current directory off ``sys.path``; the kit
 root is put there explicitly (and the grader's own root after it, when a selftest grades
 against a toy kit), so that ``tests``, ``conftest`` and ``autograder`` are always the kit's
@@ -15,9 +17,9 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    kit, key_fd, record_fd, run_only, uid, gid, separator, *pytest_args = argv
+    kit, key_fd, record_fd, run_only, separator, *pytest_args = argv
     if separator != "--":
-        raise SystemExit("usage: sandboxed_pytest.py KIT KEY_FD RECORD_FD RUN_ONLY UID GID -- PYTEST_ARGS...")
+        raise SystemExit("usage: sandboxed_pytest.py KIT KEY_FD RECORD_FD RUN_ONLY -- PYTEST_ARGS...")
     try:  # if the machine runs out of memory, the kernel should kill a test process, not the grader
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:
@@ -33,8 +35,6 @@ def main(argv: list[str]) -> int:
         key_fd=int(key_fd),
         record_fd=int(record_fd),
         run_only=load_run_only(None if run_only == "-" else run_only),
-        sandbox_uid=None if uid == "-" else int(uid),
-        sandbox_gid=None if gid == "-" else int(gid),
     )
     return int(pytest.main(pytest_args, plugins=[plugin]))
 

@@ -145,6 +145,21 @@ class FlashCase:
         return attention_chunked(Q, K, V, self.is_causal, dO)
 
 
+def compile_apply(function, backend: str):
+    """``torch.compile(function.apply, backend=backend)``, built where ``function`` lives.
+
+    Under ``pytest --isolate`` the Function is in the executor, and so must be the compiled graph:
+    the kit's ``compile_apply`` probe builds it there (after ``torch._dynamo.reset()``) and
+    returns a handle to it. Otherwise it is compiled here.
+    """
+    from tests.executor.client import RemoteObject
+
+    if isinstance(function, RemoteObject):
+        return function._executor.probe("flash.compile_apply", function, backend, tag=function._tag)
+    torch._dynamo.reset()
+    return torch.compile(function.apply, backend=backend)
+
+
 def saved_tensors(O: torch.Tensor, context: str) -> tuple[torch.Tensor, ...]:
     """The tensors the forward saved for the backward, read through the autograd graph."""
     if O.grad_fn is None:

@@ -25,7 +25,7 @@ import os
 import torch
 
 from tests.assertions import assert_close, assert_meta
-from tests.flash_cases import FlashCase, saved_logsumexp, saved_tensors
+from tests.flash_cases import FlashCase, compile_apply, saved_logsumexp, saved_tensors
 from tests.flash_reference import attention_float64
 from tests.flash_tolerances import tolerance
 
@@ -108,8 +108,7 @@ def check_compiled(function: type[torch.autograd.Function], case: FlashCase, bac
         f"torch.compile({function.__name__}.apply, backend={backend!r})(Q, K, V, {case.is_causal}) with "
         + case.repro(function.__name__)
     )
-    torch._dynamo.reset()
-    compiled = torch.compile(function.apply, backend=backend)
+    compiled = compile_apply(function, backend)
     Q, K, V = case.make_inputs(requires_grad=True)
     dO = case.make_grad_output() if backward else None
     O = compiled(Q, K, V, case.is_causal)

@@ -43,7 +43,7 @@ RUNTIME_PACKAGE = "cs336_executor"
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
               f"from {RUNTIME_PACKAGE}.server import main; main(sys.argv[2:])")
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
-               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED")
+               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN")
 _PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_")
 _LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
 _START_TIMEOUT_S = 120.0
@@ -544,5 +544,5 @@ class RemoteAdapters:
         return call_adapter
 
     def probe(self, name: str, *args, tag: str | None = None, **kwargs) -> Any:
-        """Run the kit's probe ``name`` (``probes.PROBES``) next to the submission."""
+        """Run the kit's probe ``name`` (see tests/executor/probes/) next to the submission."""
         return self._executor.probe(name, *args, tag=tag, **kwargs)

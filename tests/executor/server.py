@@ -196,7 +196,7 @@ class Server:
         if op == "getattr":
             return self.codec.encode(getattr(self._resolve(["R", request["target"]]), request["name"]))
         if op == "probe":
-            probe = probes.PROBES[request["name"]]
+            probe = probes.find(str(request["name"]))
             args = self.codec.decode(request["args"])
             kwargs = self.codec.decode(request["kwargs"])
             with torch.set_grad_enabled(bool(request.get("grad", True))):
