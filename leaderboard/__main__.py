@@ -1,10 +1,14 @@
 """Command line of the leaderboard (staff run it; ``--help`` on each command says more).
 
-    python -m leaderboard run SUBMISSION --name NAME [--quick] [--dry-run] [--repeats N] [--store PATH]
+    python -m leaderboard run SUBMISSION --name NAME [--quick] [--dry-run] [--repeats N] [--store PATH] [--unisolated]
     python -m leaderboard table [--store PATH] [--out DIR] [--all]
-    python -m leaderboard selftest [--dry-run] [--out DIR] [--only NAME ...]
+    python -m leaderboard selftest [--dry-run] [--out DIR] [--only NAME ...] [--unisolated]
 
-Exit status of ``run``: 0 accepted, 1 refused, 2 could not run (no GPU, no such submission).
+Run ``run`` and ``selftest`` as root: the submission then runs as an unprivileged uid of its own.
+
+Exit status of ``run``: 0 accepted, 1 refused, 2 could not run (no GPU, no such submission, or
+no isolation: not root without ``--unisolated``, or a kit or interpreter the sandbox uid could
+write or not read).
 """
 
 from __future__ import annotations
@@ -21,11 +25,17 @@ NO_GPU = (
     "Triton's interpreter; its times mean nothing and it is not recorded unless --store is given)."
 )
 
+UNISOLATED_HELP = (
+    "without root: run the submission as yourself, with nothing between it and your files (only for code you trust; "
+    "as root the submission always runs as an unprivileged uid of its own)"
+)
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tests.submission import SubmissionError, resolve_submission_dir
 
     from leaderboard.runner import describe, run_submission
+    from leaderboard.sandbox import SandboxUnavailable
 
     try:
         directory = resolve_submission_dir(args.submission, Path.cwd())
@@ -41,7 +51,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
     store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
     print(f"leaderboard run: {args.name} from {directory} ({mode}, {args.repeats} timing(s))", flush=True)
-    record = run_submission(directory, args.name, mode, args.repeats, store=store)
+    try:
+        record = run_submission(directory, args.name, mode, args.repeats, store=store, unisolated=args.unisolated)
+    except SandboxUnavailable as error:
+        print(f"leaderboard run: cannot isolate the submission: {error}", file=sys.stderr)
+        return 2
     print(describe(record))
     print(f"recorded in {store}" if store is not None else "not recorded (dry run; pass --store PATH to record)")
     return 0 if record["accepted"] else 1
@@ -66,7 +80,13 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
             return 2
-    return run_selftest(args.out, dry_run=args.dry_run, only=args.only)
+    from leaderboard.sandbox import SandboxUnavailable
+
+    try:
+        return run_selftest(args.out, dry_run=args.dry_run, only=args.only, unisolated=args.unisolated)
+    except SandboxUnavailable as error:
+        print(f"leaderboard selftest: cannot isolate the submissions: {error}", file=sys.stderr)
+        return 2
 
 
 def positive_int(text: str) -> int:
@@ -90,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--dry-run", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
     run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
     run.add_argument("--store", type=Path, default=None, help="results store (default leaderboard/results/records.jsonl; dry runs: none)")
+    run.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     run.set_defaults(handler=cmd_run)
 
     table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
@@ -102,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--dry-run", action="store_true", help="CPU: only the fixtures a CPU can judge")
     selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default leaderboard/results/selftest; with --only, a subfolder only-NAMES of it)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
+    selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     selftest.set_defaults(handler=cmd_selftest)
     return parser
 

@@ -156,5 +156,16 @@ LIMITS = Limits()
 # differ by a third; only the coarse, timing-based checks run there, with wide bounds.
 LIMITS_DRY_RUN = Limits(fixed_faster_than_fresh=0.5, ones_faster_than_random=0.5)
 
-# Worker time limits (seconds), enforced by the parent process.
-WORKER_TIMEOUT_S = {"official": 480, "quick": 300, "dry-run": 300}
+# Worker time limits (seconds), enforced by the parent process. Each run compiles in a fresh
+# cache (a shared one could be poisoned by an earlier submission).
+WORKER_TIMEOUT_S = {"official": 600, "quick": 420, "dry-run": 300}
+
+# The uids (each also the gid) the worker runs as when the parent is root, one per concurrent
+# run (see sandbox.lease_uid). They need no account; uids that have one are skipped.
+SANDBOX_UIDS = range(61000, 61016)
+
+# The parent's check of a reported timing (see verdict.check_timing): the sum of the reported
+# per-call times may exceed the parent's own bracket around the timing by at most this much,
+# the delay between the worker writing a message and the parent stamping it, plus clock drift.
+BRACKET_SLACK_MS = 25.0
+BRACKET_SLACK_REL = 0.002

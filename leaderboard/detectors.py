@@ -25,9 +25,11 @@ REASONS = {
     "side_stream": "work runs where CUDA events on the current stream cannot see it (side stream or thread)",
     "patched_timers": "timers, synchronisation or functions the harness relies on were replaced",
     "library_attention": "library attention (SDPA, cuDNN, flash-attn) runs instead of the submission's Triton",
-    "not_triton": "Triton kernels take less than half of the forward's GPU time",
+    "not_triton": "the submission's own @triton.jit kernels take less than half of the forward's GPU time (or, without a GPU, none ran)",
     "ones_dO": "the official time (dO = ones) is much faster than the time with a random dO",
-    "below_floor": "faster than the physical floor: the FLOPs at the bf16 matmul rate measured in the same run",
+    "below_floor": "faster than the physical floor: the FLOPs at the bf16 matmul rate the parent measured in the same run",
+    "forged_timing": "the reported per-call times add up to more than the parent's own clock saw between the timing's start and end",
+    "protocol": "the worker's messages to the parent were malformed, out of order or incomplete",
 }
 
 

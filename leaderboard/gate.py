@@ -9,14 +9,36 @@ so chunking over queries is exact.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
 import torch
 
-from leaderboard.config import REFERENCE_QUERY_CHUNK, Tolerance
+from leaderboard.config import REFERENCE_QUERY_CHUNK, Problem, Tolerance
 
 MASKED_SCORE = -1.0e6  # the contract's additive causal mask
+
+
+def derived_seed(seed: int, label: str) -> int:
+    """A seed for one set of inputs, from the run's seed (which the parent chooses) and a label."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{label}".encode()).digest()[:8], "big") >> 1
+
+
+def check_inputs(problem: Problem, seed: int, label: str, count: int) -> torch.Tensor:
+    """``count`` random tensors of the problem's shape, stacked: (count, batch, n, d).
+
+    The parent and the worker both call this with the same seed and label and get the same
+    values (a fresh generator on the problem's device), so the parent can recompute the
+    reference for any input the worker was checked on, without trusting the worker's copy.
+    """
+    generator = torch.Generator(device=problem.device).manual_seed(derived_seed(seed, label))
+    return torch.randn((count, *problem.shape), dtype=problem.dtype, device=problem.device, generator=generator)
+
+
+def checked_batch_element(problem: Problem, seed: int, label: str) -> int:
+    """Which batch element the reference is compared on for the inputs called ``label``."""
+    return derived_seed(seed, label + "/batch") % problem.batch
 
 
 def reference_attention(

@@ -25,6 +25,7 @@ calls after ``plain_warmup_calls``; those numbers only show that the pipeline ru
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -86,8 +87,20 @@ def official_inputs(problem: Problem):
     return q, k, v
 
 
-def time_official(flash: Callable, problem: Problem, settings: TimingSettings, clock: TrustedClock, repeats: int = 1) -> list[Timing]:
-    """The official timing, ``repeats`` times on the same inputs (one Timing each)."""
+def _bracketed(fn: Callable[[], object], settings: TimingSettings, clock: TrustedClock, bracket: Callable | None, label: str) -> Timing:
+    """``time_calls(fn)`` inside ``bracket(label)`` (a context manager yielding a list that
+    receives the per-call times; see ``worker.Evaluation.bracket``), or bare without one."""
+    with (bracket(label) if bracket is not None else nullcontext([])) as times:
+        timing = time_calls(fn, settings, clock)
+        times += timing.times_ms
+    return timing
+
+
+def time_official(
+    flash: Callable, problem: Problem, settings: TimingSettings, clock: TrustedClock, repeats: int = 1, bracket: Callable | None = None
+) -> list[Timing]:
+    """The official timing, ``repeats`` times on the same inputs (one Timing each, labelled
+    ``official_1``, ... for ``bracket``)."""
     q, k, v = official_inputs(problem)
 
     def flash_forward_backward():
@@ -95,11 +108,12 @@ def time_official(flash: Callable, problem: Problem, settings: TimingSettings, c
         loss = o.sum()
         loss.backward()
 
-    return [time_calls(flash_forward_backward, settings, clock) for _ in range(repeats)]
+    return [_bracketed(flash_forward_backward, settings, clock, bracket, f"official_{i + 1}") for i in range(repeats)]
 
 
-def time_random_dO(flash: Callable, problem: Problem, settings: TimingSettings, clock: TrustedClock) -> Timing:
-    """The official timing with ``o.backward(dO)`` for a fixed random dO instead of ``o.sum()``."""
+def time_random_dO(flash: Callable, problem: Problem, settings: TimingSettings, clock: TrustedClock, bracket: Callable | None = None) -> Timing:
+    """The official timing with ``o.backward(dO)`` for a fixed random dO instead of ``o.sum()``
+    (labelled ``random_dO`` for ``bracket``)."""
     q, k, v = official_inputs(problem)
     dO = torch.randn(problem.shape, dtype=problem.dtype, device=problem.device)
 
@@ -107,7 +121,7 @@ def time_random_dO(flash: Callable, problem: Problem, settings: TimingSettings, 
         o = flash(q, k, v, problem.is_causal)
         o.backward(dO)
 
-    return time_calls(flash_forward_backward_random_dO, settings, clock)
+    return _bracketed(flash_forward_backward_random_dO, settings, clock, bracket, "random_dO")
 
 
 def matmul_tflops(problem: Problem, settings: TimingSettings, clock: TrustedClock) -> tuple[float, str]:

@@ -1,23 +1,34 @@
-"""Profiler checks: no library attention anywhere, and the forward's GPU time mostly in Triton.
+"""Profiler checks: no library attention anywhere, and the forward's GPU time mostly in the
+submission's own Triton kernels.
 
-Staff read this file to know how "Triton, not SDPA / cuDNN / flash-attn" is enforced. One call
-is profiled with ``torch.profiler``, and two things are read from it:
+Staff read this file to know how "Triton, not SDPA / cuDNN / flash-attn / FlexAttention /
+torch.compile" is enforced. One call is profiled with ``torch.profiler`` in the worker, and two
+things are read from it:
 
 * Operator names recorded by the dispatcher on the host (``aten::...``). Any of PyTorch's
   attention operators (``scaled_dot_product_attention`` and its flash, memory-efficient, cuDNN
   and math variants) is refused. This part works on a CPU too.
-* GPU kernel names and durations. A kernel is Triton's when its name is that of a
-  ``@triton.jit`` function loaded in the process (inductor may append ``_<n>``) or starts with
-  ``triton_`` (kernels torch.compile generates). A non-Triton kernel whose name looks like
-  attention (flash, fmha, sdpa, cudnn, attn) is refused; and Triton kernels must take at least
-  half of the forward's GPU time. The backward is exempt from that share, because a PyTorch
-  backward compiled with torch.compile (whose matrix products run in cuBLAS) is an honest
-  solution to §2.5.
+* GPU kernel names and durations. A kernel is the **submission's Triton** only when its name is
+  that of a ``@triton.jit`` function (autotuned or not) defined in the submission's own files
+  (``adapters.py`` and ``cs336_systems/**/*.py``), as the parent finds them by parsing its own
+  copy of those files with ``ast`` (``submission_triton_names``); torch.compile may append
+  ``_<n>``. Kernels that Triton compiles for libraries, FlexAttention (``triton_tem_...``) and
+  torch.compile's generated code (``triton_poi_...``, ``triton_per_...``) do not count, and a
+  submission's function named ``triton_...`` or like a library kernel (``gemm``, ``xmma``,
+  ``cutlass``, ...) does not count either: it could only be there to borrow that name.
+  A non-Triton kernel whose name looks like attention (flash, fmha, sdpa, cudnn, attn) is
+  refused; and the submission's Triton kernels must take at least half of the forward's GPU
+  time. The backward is exempt from that share, because a PyTorch backward compiled with
+  torch.compile (whose matrix products run in cuBLAS) is an honest solution to §2.5.
+
+Without a GPU (``--dry-run``) there are no GPU kernels; the worker records which ``@triton.jit``
+functions Triton's interpreter launched during the profiled forward, and at least one of them
+must be the submission's.
 """
 
 from __future__ import annotations
 
-import gc
+import ast
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -54,43 +65,68 @@ def profile_call(fn: Callable[[], object], synchronize: Callable[[], None], cuda
     return [ProfiledEvent(e.name, e.device_type in gpu, float(e.time_range.elapsed_us())) for e in prof.events()]
 
 
-# Objects that hold the name of a kernel Triton compiled: the compiled kernel itself, and the
-# wrappers torch.compile uses to launch Triton kernels without Triton's launcher.
-COMPILED_KERNEL_TYPES = ("CompiledKernel", "StaticallyLaunchedTritonKernel", "StaticallyLaunchedCudaKernel")
+# A submission's kernel with such a name could only be borrowing a generated or library kernel's.
+BORROWED_NAMES = re.compile(r"^triton_|gemm|xmma|cublas|cutlass|cudnn|nvjet|^sm\d+_|^(ampere|hopper|volta|turing)_", re.IGNORECASE)
 
 
-def triton_function_names() -> set[str]:
-    """Names of every Triton kernel in this process: each ``@triton.jit`` function (compiled or
-    interpreted) and each kernel Triton compiled, found by walking the garbage collector's objects."""
-    from triton.runtime.jit import JITFunction
+def _triton_aliases(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """Names bound to the triton module (``import triton as t``) and to ``triton.jit``
+    (``from triton import jit``) anywhere in a module."""
+    modules, jits = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "triton" or alias.name.startswith("triton."):
+                    modules.add(alias.asname or "triton")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton":
+            jits.update(alias.asname or alias.name for alias in node.names if alias.name == "jit")
+    return modules, jits
 
-    kinds: tuple[type, ...] = (JITFunction,)
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
 
-        kinds += (InterpretedFunction,)
-    except ImportError:
-        pass
-    names = set()
-    for obj in gc.get_objects():
-        # type(), not isinstance(): the latter consults __class__, which dead weak proxies and
-        # deprecated lazy objects answer with errors or warnings.
-        kind = type(obj)
-        if issubclass(kind, kinds):
-            name = getattr(getattr(obj, "fn", None), "__name__", None)
-        elif kind.__name__ in COMPILED_KERNEL_TYPES:
-            name = getattr(obj, "name", None)
-        else:
+def _is_jit(node: ast.AST, modules: set[str], jits: set[str]) -> bool:
+    """Whether an expression is ``triton.jit``, ``triton.jit(...)`` or an alias of either."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id in jits
+    if isinstance(node, ast.Attribute) and node.attr == "jit":
+        root = node.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id in modules
+    return False
+
+
+def submission_triton_names(sources: dict[str, bytes]) -> set[str]:
+    """Names of the ``@triton.jit`` functions defined in a submission's files.
+
+    ``sources`` maps each file's relative path to its bytes (the parent's own copy). Counted: a
+    function decorated with ``triton.jit`` (bare, called with options, under an alias, or under
+    ``triton.autotune`` / ``triton.heuristics``), and ``name = triton.jit(function)``. Files that
+    do not parse contribute nothing; names ``BORROWED_NAMES`` matches are left out.
+    """
+    names: set[str] = set()
+    for path, source in sources.items():
+        if not path.endswith(".py"):
             continue
-        if isinstance(name, str) and name:
-            names.add(name)
-    return names
+        try:
+            tree = ast.parse(source, filename=path)
+        except (SyntaxError, ValueError):
+            continue
+        modules, jits = _triton_aliases(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if any(_is_jit(d, modules, jits) for d in node.decorator_list):
+                    names.add(node.name)
+            elif isinstance(node, ast.Call) and _is_jit(node.func, modules, jits) and not isinstance(node.func, ast.Call):
+                if node.args and isinstance(node.args[0], ast.Name):
+                    names.add(node.args[0].id)
+    return {name for name in names if not BORROWED_NAMES.search(name)}
 
 
 def is_triton_kernel(kernel: str, triton_names: set[str]) -> bool:
-    """Whether a GPU kernel name is a Triton kernel's (see the module docstring)."""
-    if kernel.startswith("triton_"):
-        return True
+    """Whether a GPU kernel is one of the submission's Triton kernels: its name is one of
+    ``triton_names`` (from ``submission_triton_names``), possibly with ``_<n>`` appended."""
     match = re.fullmatch(r"(.+?)(_\d+)?", kernel)
     return kernel in triton_names or (match is not None and match.group(1) in triton_names)
 
@@ -111,6 +147,21 @@ def check_library_attention(events: list[ProfiledEvent], triton_names: set[str])
     )
 
 
+def check_triton_launched(launched: list[str], triton_names: set[str]) -> Refusal | None:
+    """Without a GPU: refuse when none of the ``@triton.jit`` functions that Triton's interpreter
+    launched during the forward is one of the submission's."""
+    own = sorted({name for name in launched if name in triton_names})
+    if own:
+        return None
+    ran = ", ".join(sorted(set(launched))[:4]) or "none"
+    return Refusal(
+        "not_triton",
+        f"no Triton kernel defined in the submission ran in the forward (Triton kernels launched: {ran}; "
+        f"defined in the submission: {', '.join(sorted(triton_names)[:6]) or 'none'}). Write the forward "
+        "as your own @triton.jit kernels.",
+    )
+
+
 def triton_share(events: list[ProfiledEvent], triton_names: set[str]) -> tuple[float, float]:
     """(Triton kernel time, all GPU time) in microseconds."""
     total = sum(e.duration_us for e in events if e.on_gpu)
@@ -126,8 +177,9 @@ def check_triton_share(events: list[ProfiledEvent], triton_names: set[str], min_
     top = ", ".join(f"{name[:60]} {us:.0f} us" for name, us in top_kernels(events)[:3])
     return Refusal(
         "not_triton",
-        f"Triton kernels took {triton:.0f} of {total:.0f} us of the forward's GPU time "
-        f"(below {min_share:.0%}); largest kernels: {top}. Write the forward as Triton kernels.",
+        f"the submission's own Triton kernels took {triton:.0f} of {total:.0f} us of the forward's GPU "
+        f"time (below {min_share:.0%}); largest kernels: {top}. Write the forward as your own "
+        "@triton.jit kernels (FlexAttention's and torch.compile's generated kernels do not count).",
     )
 
 

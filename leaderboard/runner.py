@@ -1,26 +1,39 @@
-"""The trusted parent of a leaderboard run: hash the submission, run the worker, store a record.
+"""The trusted parent of a leaderboard run: snapshot the submission, run the worker in a
+sandbox, judge what it reports, store a record.
 
 Staff read this file to know what is recorded and where the submission's code runs. The
-submission never runs in this process: a worker process (``leaderboard.worker``) imports it,
-checks it and times it, and writes its findings to a file this process reads back. A worker that
-crashes, calls ``os._exit`` or runs out of time is recorded as refused, with the reason.
+submission never runs in this process. The parent reads the submission's files once (its own
+copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes),
+leases a sandbox uid (``sandbox``; without root it refuses to run unless ``unisolated``), and
+starts the worker there with a clean environment, a seed for every checked input, the
+submission's kernel names and one pipe. Nothing else of the parent reaches the worker: not the
+store's path, not the parent's environment, not the kit (the worker's modules are copied). The
+worker's output is relayed line by line, stripped of control characters. When the worker has
+exited, ``verdict.judge`` turns what came through the pipe, and how the worker ended, into the
+record.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import re
+import secrets
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from leaderboard.config import WORKER_TIMEOUT_S
 from leaderboard.store import ROOT, append_record
+
+# The worker's entry point: only the sandbox's copy of the worker's modules on the path, and
+# Python started with -I (no PYTHON* variables, no user site, no current directory on the path).
+BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from leaderboard.worker import main; sys.exit(main())"
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def submission_files(directory: Path) -> list[Path]:
@@ -29,13 +42,18 @@ def submission_files(directory: Path) -> list[Path]:
     return sorted((f for f in files if f.is_file()), key=lambda f: f.relative_to(directory).as_posix())
 
 
-def submission_hash(directory: Path) -> str:
-    """sha256 over each file's relative path and contents (symlinks followed), in sorted order."""
+def files_hash(files: dict[str, bytes]) -> str:
+    """sha256 over each file's relative path and contents, in sorted order."""
     digest = hashlib.sha256()
-    for path in submission_files(directory):
-        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for relative in sorted(files):
+        digest.update(relative.encode() + b"\0")
+        digest.update(files[relative] + b"\0")
     return digest.hexdigest()
+
+
+def submission_hash(directory: Path) -> str:
+    """sha256 over each submission file's relative path and contents (symlinks followed)."""
+    return files_hash(read_submission(directory))
 
 
 def _display_path(directory: Path) -> str:
@@ -45,64 +63,197 @@ def _display_path(directory: Path) -> str:
         return str(directory)
 
 
-def run_worker(directory: Path, mode: str, repeats: int, timeout_s: float) -> dict:
-    """Run ``python -m leaderboard.worker`` on ``directory``; return its result, or a refusal
-    saying why there is none. The worker's progress goes straight to this terminal."""
-    with tempfile.TemporaryDirectory(prefix="leaderboard-") as tmp:
-        result_file = Path(tmp) / "result.json"
-        command = [sys.executable, "-m", "leaderboard.worker", str(directory), "--mode", mode, "--repeats", str(repeats), "--result", str(result_file)]
-        env = dict(os.environ)
-        env.pop("TRITON_INTERPRET", None)
-        if mode == "dry-run":
-            env["TRITON_INTERPRET"] = "1"
-            env["OMP_NUM_THREADS"] = "1"
-        else:
-            # Compile in the worker itself: a pool of compile processes per run costs more to
-            # start than the few kernels a submission has take to compile.
-            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        # Its own session, so that a timeout ends the worker and everything it started.
-        process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+def read_submission(directory: Path) -> dict[str, bytes]:
+    """The parent's own copy of a submission: relative path -> bytes of each submission file."""
+    return {path.relative_to(directory).as_posix(): path.read_bytes() for path in submission_files(directory)}
+
+
+def _relay(stream, out) -> None:
+    """Copy the worker's output to ``out`` line by line, without control characters."""
+    for raw in iter(stream.readline, b""):
+        line = CONTROL.sub("", raw.decode("utf-8", "replace").rstrip("\r\n"))[:2000]
+        out.write(f"  | {line}\n")
+        out.flush()
+
+
+class _Reader(threading.Thread):
+    """Reads the worker's messages as they arrive (each stamped on arrival)."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.messages = []
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from leaderboard.protocol import ProtocolError, read_message
+
         try:
-            status = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+            while (message := read_message(self.stream)) is not None:
+                self.messages.append(message)
+        except ProtocolError as error:
+            self.error = str(error)
+        except (OSError, ValueError) as error:
+            self.error = f"the pipe failed: {error}"
+
+
+def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
+    """Run the worker on a sandbox copy of ``files`` as ``identity``; return what the parent
+    observed (``verdict.Observed``)."""
+    from leaderboard.sandbox import clear_uid, make_sandbox, remove_sandbox, worker_env
+    from leaderboard.verdict import Observed
+
+    dirs = make_sandbox(files, identity)
+    channel_read, channel_write = os.pipe()
+    output_read, output_write = os.pipe()
+    try:
+        command = [sys.executable, "-I", "-B", "-c", BOOT, str(dirs.kit), str(dirs.submission), "--mode", run.mode]
+        command += ["--repeats", str(run.repeats), "--seed", str(run.seed), "--channel-fd", str(channel_write)]
+        command += ["--triton-names", ",".join(sorted(run.triton_names))]
+        if identity.isolated:
+            command += ["--confine", f"{identity.uid}:{identity.gid}", "--views", str(dirs.views)]
+        # Its own session, so that a timeout ends the worker and everything it started.
+        process = subprocess.Popen(
+            command,
+            cwd=dirs.work,
+            env=worker_env(run.mode, dirs),
+            stdin=subprocess.DEVNULL,
+            stdout=output_write,
+            stderr=output_write,
+            pass_fds=(channel_write,),
+            start_new_session=True,
+        )
+        os.close(channel_write)
+        os.close(output_write)
+        channel_write = output_write = -1
+        reader = _Reader(open(channel_read, "rb", closefd=True))
+        relay = threading.Thread(target=_relay, args=(open(output_read, "rb", closefd=True), sys.stderr), daemon=True)
+        channel_read = output_read = -1
+        reader.start()
+        relay.start()
+        deadline = time.monotonic() + timeout_s
+        timed_out = False
+        while process.poll() is None:
+            if reader.error is not None:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            try:
+                process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        status = process.poll()
+        if status is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            return {"refusals": [{"code": "timeout", "message": f"the run did not finish within {timeout_s:.0f} s"}], "checks": {}}
+        # Whatever the worker left behind dies too, so that the pipes end.
         try:
-            result = json.loads(result_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            message = (
-                f"the worker exited with status {status} without a result (a crash, os._exit, "
-                "a signal or running out of memory); see its output above"
-            )
-            return {"refusals": [{"code": "error", "message": message}], "checks": {}}
-        if status != 0:
-            result.setdefault("refusals", []).append({"code": "error", "message": f"the worker exited with status {status}"})
-        return result
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        clear_uid(identity)
+        reader.join(timeout=10)
+        relay.join(timeout=5)
+        return Observed(list(reader.messages), reader.error, None if timed_out else status, timed_out, timeout_s)
+    finally:
+        for fd in (channel_read, channel_write, output_read, output_write):
+            if fd >= 0:
+                os.close(fd)
+        remove_sandbox(dirs)
+
+
+def parent_matmul(mode: str):
+    """A function measuring the matmul rate in this process: (TFLOP/s, label)."""
+    from leaderboard import config
+    from leaderboard.harness import matmul_tflops
+    from leaderboard.trusted import capture_clock
+
+    def measure():
+        problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
+        settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
+        return matmul_tflops(problem, settings, capture_clock(mode != "dry-run"))
+
+    return measure
 
 
 def run_submission(
-    directory: Path, name: str, mode: str = "official", repeats: int = 1, store: Path | None = None, timeout_s: float | None = None
+    directory: Path,
+    name: str,
+    mode: str = "official",
+    repeats: int = 1,
+    store: Path | None = None,
+    timeout_s: float | None = None,
+    unisolated: bool = False,
 ) -> dict:
-    """Check and time one submission; return its record (appended to ``store`` unless None)."""
+    """Check and time one submission; return its record (appended to ``store`` unless None).
+
+    Raises ``sandbox.SandboxUnavailable`` when the worker cannot be isolated: the parent is not
+    root and ``unisolated`` is False, or ``sandbox.preflight`` finds the isolation would not hold.
+    """
+    from contextlib import nullcontext
+
+    from leaderboard.kernels import submission_triton_names
+    from leaderboard.sandbox import UNISOLATED_HINT, Identity, SandboxUnavailable, is_root, lease_uid, preflight
+    from leaderboard.verdict import Run, judge
+
     directory = Path(directory).resolve()
     started = time.monotonic()
-    result = run_worker(directory, mode, repeats, timeout_s or WORKER_TIMEOUT_S[mode])
-    record = {
-        **result,
-        "name": name,
-        "submission": _display_path(directory),
-        "submission_hash": submission_hash(directory),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "mode": mode,
-        "repeats": repeats,
-        "run_s": round(time.monotonic() - started, 1),
-    }
-    record["accepted"] = not record.get("refusals")
+    files = read_submission(directory)
+    run = Run(mode, repeats, secrets.randbits(31), submission_triton_names(files))
+    if not is_root() and not unisolated:
+        raise SandboxUnavailable(f"the leaderboard runs as uid {os.geteuid()}, not root: {UNISOLATED_HINT}")
+    with lease_uid() if is_root() else nullcontext(Identity(None, None)) as identity:
+        preflight(identity, store)
+        observed = run_worker(files, run, timeout_s or WORKER_TIMEOUT_S[mode], identity)
+    if observed.messages and observed.messages[0].type == "isolation_failed":
+        raise SandboxUnavailable(f"the worker could not confine itself: {str(observed.messages[0].header.get('message'))[:2000]}")
+    judgement = judge(observed, run, parent_matmul(mode))
+    record = judgement_record(judgement, run)
+    record.update(
+        name=name,
+        submission=_display_path(directory),
+        submission_hash=files_hash(files),
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        isolation=f"uid {identity.uid}" if identity.isolated else "none (--unisolated)",
+        run_s=round(time.monotonic() - started, 1),
+    )
     if store is not None:
         append_record(record, store)
     return record
+
+
+def judgement_record(judgement, run) -> dict:
+    """The record's fields from a judgement: the parent's environment, the problem, the seed,
+    refusals, checks and whatever the judgement measured; ``accepted`` when nothing refused."""
+    from leaderboard.worker import environment
+
+    return {
+        "mode": run.mode,
+        "repeats": run.repeats,
+        "seed": run.seed,
+        "problem": run.problem.describe(),
+        "environment": environment(),
+        "triton_kernels": sorted(run.triton_names),
+        **judgement.fields,
+        "refusals": judgement.refusals,
+        "checks": judgement.checks,
+        "accepted": not judgement.refusals,
+    }
+
+
+def evaluate_in_process(Fn, mode: str, triton_names: set[str], seed: int = 0, repeats: int = 1) -> dict:
+    """The worker's steps on ``Fn`` in this process, judged as the parent judges a worker (for
+    the leaderboard's own tests): the same record fields, minus the process and the sandbox."""
+    from leaderboard.protocol import MemoryChannel
+    from leaderboard.verdict import Observed, Run, judge
+    from leaderboard.worker import evaluate
+
+    run = Run(mode, repeats, seed, set(triton_names))
+    channel = MemoryChannel()
+    channel.send("hello", uid=os.getuid(), gid=os.getgid())
+    evaluate(None, mode, channel, repeats, seed, triton_names=run.triton_names, Fn=Fn)
+    return judgement_record(judge(Observed(channel.messages), run, parent_matmul(mode)), run)
 
 
 def describe(record: dict) -> str:

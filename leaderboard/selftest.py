@@ -20,6 +20,7 @@ from pathlib import Path
 
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, run_submission
+from leaderboard.sandbox import is_root
 from leaderboard.store import ROOT, read_records
 from leaderboard.table import write_table
 
@@ -39,10 +40,13 @@ class Entry:
     expected: tuple[str, ...]
 
 
-def plan(dry_run: bool, only: list[str] | None = None) -> list[Entry]:
-    """The runs, reference first (so the GPU is warm and its clocks settled for the rest)."""
+def plan(dry_run: bool, only: list[str] | None = None, isolated: bool = True) -> list[Entry]:
+    """The runs, reference first (so the GPU is warm and its clocks settled for the rest).
+    Without isolation the attack fixtures are left out: they would succeed."""
     entries = [Entry("reference", ROOT / "reference", "dry-run" if dry_run else "official", 1 if dry_run else REFERENCE_REPEATS, ())]
     for f in FIXTURES:
+        if f.attack and not isolated:
+            continue
         if dry_run:
             if f.cpu_refusals is None:
                 continue
@@ -83,19 +87,20 @@ def output_dir(out_dir: Path, only: list[str] | None) -> Path:
     return out_dir
 
 
-def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None) -> int:
-    """Run the plan, print and write a summary; return 0 when every entry is as expected."""
+def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None, unisolated: bool = False) -> int:
+    """Run the plan, print and write a summary; return 0 when every entry is as expected.
+    Raises ``sandbox.SandboxUnavailable`` when the submissions cannot be isolated."""
     out_dir = output_dir(out_dir, only)
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "records.jsonl"
     store.unlink(missing_ok=True)  # the table and summary describe this run only
     started = time.monotonic()
     rows = []
-    entries = plan(dry_run, only)
+    entries = plan(dry_run, only, isolated=not unisolated or is_root())
     for number, entry in enumerate(entries, start=1):
         print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
               f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
-        record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store)
+        record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store, unisolated=unisolated)
         print(describe(record), flush=True)
         ok, note = judge(entry, record)
         rows.append((entry, record, ok, note))

@@ -1,7 +1,13 @@
 """Runs one submission in its own process: every check in order, then the official timing.
 
-Staff read this file to know the order of the checks; the parent (``runner``) starts it as
-``python -m leaderboard.worker SUBMISSION --mode MODE --result FILE`` and reads FILE back.
+Staff read this file to know the order of the checks and what the worker reports. The parent
+(``runner``) starts it as root in a fresh sandbox (``sandbox``); before anything else the worker
+drops to the uid the parent leased (``confine``), then reports to the parent only through the
+pipe it was given (``protocol``). The parent does not take its word for anything that decides
+an acceptance: it recomputes the reference for the outputs the worker sends, brackets every
+timing with its own clock, measures the matmul rate itself and finds the submission's Triton
+kernels in its own copy of the source (``verdict``). What the worker concludes by itself can
+only refuse.
 
 Order, and why:
 
@@ -9,33 +15,37 @@ Order, and why:
    check nothing was patched by the import;
 2. one eager call of ``Fn.apply`` at the problem shape: plain-tensor output and gradients of
    the right shape and dtype (catches subclassed and lazy outputs before torch.compile sees them);
-3. ``flash = torch.compile(Fn.apply)``; the correctness gate under a random dO, inputs checked
-   for in-place changes;
+3. ``flash = torch.compile(Fn.apply)``; the correctness gate under a random dO on inputs drawn
+   from the parent's seed, inputs checked for in-place changes; O, dQ, dK, dV go to the parent;
 4. wall-clock vs CUDA-event time of a few calls (side streams, threads), before anything that
    reads gradients on the current stream;
 5. fresh random inputs on every call (new tensors, then the same tensors refilled in place),
-   each call compared with the reference on one batch element (cached outputs); patch check;
-   then the per-call time when inputs change before every call (used after timing);
-6. profiler: library attention anywhere; Triton share of the forward;
-7. the bf16 matmul rate, the official timing (``--repeats`` times) and the random-dO timing;
-8. patch check; then the verdicts that need the times: cached outputs (fixed inputs much faster
-   than fresh), dO specialisation (ones much faster than random), and the physical floor.
+   each call compared with the reference on one batch element, which also goes to the parent
+   (cached outputs); patch check; then the per-call times when inputs change before every call;
+6. profiler: library attention anywhere; the submission's Triton share of the forward (its
+   kernel names come from the parent); the events go to the parent;
+7. the official timing (``--repeats`` times) and the random-dO timing, each between a
+   "timing starts" and a "timing ends" message, with every per-call time;
+8. patch check; ``done``.
 
-Steps 1-6 stop at the first refusal: a cheat that hides work could make the timing run for
-hours. Step 8 reports every refusal it finds.
+Steps 1-6 stop at the first refusal (a ``refused`` message): a cheat that hides work could make
+the timing run for hours. The verdicts that need the times are the parent's.
+
+Messages, in order: ``hello``, ``gate``, ``fresh`` (one per call), ``timing_start``/``timing_end``
+("fresh_inputs"), ``profile``, ``timing_start``/``timing_end`` ("official_1", ...,
+"random_dO"), ``done``; or ``refused`` in place of any after ``hello``; or ``isolation_failed``
+in place of ``hello``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import random
-import secrets
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 MODES = ("official", "quick", "dry-run")
@@ -54,7 +64,7 @@ class Stopped(Exception):
 class Evaluation:
     """The checks and timings of one submission; ``result`` collects everything reported."""
 
-    def __init__(self, submission: Path | None, mode: str, repeats: int, seed: int, result: dict, Fn=None):
+    def __init__(self, submission: Path | None, mode: str, repeats: int, seed: int, channel, triton_names: set[str], Fn=None):
         import torch
 
         from leaderboard import config
@@ -69,8 +79,12 @@ class Evaluation:
         self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
         self.limits = config.LIMITS_DRY_RUN if mode == "dry-run" else config.LIMITS
         self.tolerances = config.TOLERANCES[self.problem.dtype]
-        self.result = result
-        self.rng = random.Random(seed)
+        self.channel = channel
+        self.seed = seed
+        self.triton_names = set(triton_names)
+        self.refusals: list[dict] = []
+        self.checks: dict[str, str] = {}
+        self.info: dict = {}
         self.generator = torch.Generator(device=self.problem.device).manual_seed(seed)
         # Every step's tensors stay alive to the end, so no later input can reuse their memory:
         # a cache keyed on addresses then fails exactly where the cache check looks for it.
@@ -87,12 +101,21 @@ class Evaluation:
     def refuse(self, *refusals) -> None:
         """Record every refusal given (None means passed) and stop if there was one."""
         found = [r for r in refusals if r is not None]
-        self.result["refusals"] += [r.as_dict() for r in found]
+        self.refusals += [r.as_dict() for r in found]
         if found:
             raise Stopped()
 
     def passed(self, check: str, note: str = "passed") -> None:
-        self.result["checks"][check] = note
+        self.checks[check] = note
+
+    @contextmanager
+    def bracket(self, label: str):
+        """Tell the parent a timing starts, run it, tell the parent it ended (with the times the
+        body stores in the yielded list). Nothing is added inside the timed loop itself."""
+        times: list[float] = []
+        self.channel.send("timing_start", label=label)
+        yield times
+        self.channel.send("timing_end", label=label, times_ms=[float(t) for t in times])
 
     def randn(self, *shape: int, requires_grad: bool = False):
         p = self.problem
@@ -142,7 +165,6 @@ class Evaluation:
             self.fresh_input_timing,
             self.profile,
             self.timing,
-            self.timing_verdicts,
         ):
             self.step = step.__name__
             step()
@@ -166,7 +188,7 @@ class Evaluation:
                 )
             )
         self.Fn = Fn
-        self.result["function"] = f"{Fn.__module__}.{Fn.__qualname__}"
+        self.info["function"] = f"{Fn.__module__}.{Fn.__qualname__}"
         self.untampered("after importing the submission")
 
     def first_call(self) -> None:
@@ -195,8 +217,9 @@ class Evaluation:
         else:  # no C++ compiler needed: dynamo traces, nothing is code-generated
             log("flash = torch.compile(Fn.apply, backend='eager'); correctness gate under a random dO")
             self.flash = self.torch.compile(self.Fn.apply, backend="eager")
-        q, k, v = (self.randn(*p.shape, requires_grad=True) for _ in range(3))
-        do = self.randn(*p.shape)
+        from leaderboard.gate import check_inputs
+
+        q, k, v, do = (t.requires_grad_(i < 3) for i, t in enumerate(check_inputs(p, self.seed, "gate", 4).unbind(0)))
         inputs = {"Q": q, "K": k, "V": v, "dO": do}
         self.keep += [q, k, v, do]
         copies = {name: t.detach().clone() for name, t in inputs.items()}
@@ -212,30 +235,31 @@ class Evaluation:
         want = reference_attention(q, k, v, do, p.is_causal)
         got = {"O": o, "dQ": q.grad, "dK": k.grad, "dV": v.grad}
         comparisons = compare_all(got, want, self.tolerances)
-        self.result["gate"] = {c.name: c.as_dict() for c in comparisons}
         log("gate: " + ", ".join(f"{c.name} rel L2 {c.rel_l2:.2e}" for c in comparisons))
         problems = [c.problem for c in comparisons if c.problem]
         if problems:
             self.refuse(Refusal("incorrect", "; ".join(problems)))
         self.passed("incorrect")
+        self.channel.send("gate", {name: t.detach() for name, t in got.items()})
 
     def fresh_inputs(self) -> None:
         from leaderboard.detectors import Refusal
-        from leaderboard.gate import compare_all, reference_attention
+        from leaderboard.gate import check_inputs, checked_batch_element, compare_all, reference_attention
 
         p = self.problem
         torch = self.torch
         log(f"{self.limits.fresh_input_repeats} calls with fresh random inputs, each checked against the reference")
         base = None
         for call in range(self.limits.fresh_input_repeats):
+            label = f"fresh_{call + 1}"
             if call % 2 == 0:
                 how = "new tensors"
-                base = self.randn(3, *p.shape, requires_grad=True)
+                base = check_inputs(p, self.seed, label, 3).requires_grad_()
                 self.keep.append(base)
             else:
                 how = "the same tensors, refilled in place"
                 with torch.no_grad():
-                    base.copy_(self.randn(3, *p.shape))
+                    base.copy_(check_inputs(p, self.seed, label, 3))
                 base.grad = None
             q, k, v = base
             o = self.flash(q, k, v, p.is_causal)
@@ -243,7 +267,7 @@ class Evaluation:
             self.check_output(o, q, "the output")
             o.sum().backward()
             self.clock.synchronize()
-            b = self.rng.randrange(p.batch)
+            b = checked_batch_element(p, self.seed, label)
             one = slice(b, b + 1)
             want = reference_attention(q[one], k[one], v[one], torch.ones_like(o[one]), p.is_causal)
             got = {"O": o[one], "dQ": base.grad[0, one], "dK": base.grad[1, one], "dV": base.grad[2, one]}
@@ -257,6 +281,7 @@ class Evaluation:
                         "inputs, so outputs are being reused; recompute them on every call.",
                     )
                 )
+            self.channel.send("fresh", {name: t.detach() for name, t in got.items()}, label=label, batch=b)
         self.untampered("after the correctness checks")
 
     def side_streams(self) -> None:
@@ -286,7 +311,7 @@ class Evaluation:
         self.clock.synchronize()  # device-wide: waits for every stream
         wall_ms = 1e3 * (self.clock.perf_counter() - t0)
         event_ms = start.elapsed_time(end)
-        self.result["probe"] = {"calls": calls, "wall_ms": wall_ms, "event_ms": event_ms}
+        self.info["probe"] = {"calls": calls, "wall_ms": wall_ms, "event_ms": event_ms}
         log(f"wall {wall_ms:.1f} ms, CUDA events {event_ms:.1f} ms")
         self.refuse(check_wall_vs_event(wall_ms, event_ms, calls, self.limits))
         self.passed("side_stream")
@@ -303,36 +328,36 @@ class Evaluation:
             self.flash(q, k, v, p.is_causal).sum().backward()
 
         step()
-        log(f"{calls} calls with inputs refilled before each (per-call time)")
-        times, events = [], []
-        for _ in range(calls):
-            with torch.no_grad():
-                base.copy_(self.randn(3, *p.shape))
-            base.grad = None
-            if self.cuda:  # like do_bench: per-call events, no synchronisation between calls
-                s, e = self.clock.Event(enable_timing=True), self.clock.Event(enable_timing=True)
-                s.record()
-                step()
-                e.record()
-                events.append((s, e))
-            else:
-                t0 = self.clock.perf_counter()
-                step()
-                times.append(1e3 * (self.clock.perf_counter() - t0))
         self.clock.synchronize()
-        times += [s.elapsed_time(e) for s, e in events]
-        self.fresh_ms = self.clock.median(times)
-        self.result["fresh_inputs_ms"] = self.fresh_ms
-        log(f"fresh inputs: {self.fresh_ms:.3f} ms per call")
+        log(f"{calls} calls with inputs refilled before each (per-call time)")
+        with self.bracket("fresh_inputs") as times:
+            events = []
+            for _ in range(calls):
+                with torch.no_grad():
+                    base.copy_(self.randn(3, *p.shape))
+                base.grad = None
+                if self.cuda:  # like do_bench: per-call events, no synchronisation between calls
+                    s, e = self.clock.Event(enable_timing=True), self.clock.Event(enable_timing=True)
+                    s.record()
+                    step()
+                    e.record()
+                    events.append((s, e))
+                else:
+                    t0 = self.clock.perf_counter()
+                    step()
+                    times.append(1e3 * (self.clock.perf_counter() - t0))
+            self.clock.synchronize()
+            times += [s.elapsed_time(e) for s, e in events]
+        log(f"fresh inputs: {self.clock.median(times):.3f} ms per call")
 
     def profile(self) -> None:
         from leaderboard.kernels import (
             check_library_attention,
+            check_triton_launched,
             check_triton_share,
             is_triton_kernel,
             profile_call,
             top_kernels,
-            triton_function_names,
             triton_share,
         )
 
@@ -340,81 +365,59 @@ class Evaluation:
         log("profiling one forward and one forward + backward")
         base = self.randn(3, *p.shape, requires_grad=True)
         q, k, v = base
+        LAUNCHED.clear()
         forward = profile_call(lambda: self.flash(q, k, v, p.is_causal), self.clock.synchronize, self.cuda)
+        launched = list(LAUNCHED)
         both = profile_call(lambda: self.flash(q, k, v, p.is_causal).sum().backward(), self.clock.synchronize, self.cuda)
-        names = triton_function_names()
-        self.result["forward_kernels_us"] = top_kernels(forward)
-        self.result["kernels_us"] = top_kernels(both)
+        names = self.triton_names
+        self.channel.send("profile", forward=summarize(forward), both=summarize(both), launched=sorted(set(launched)))
         for name, us in top_kernels(both, 6):
             marker = "triton" if is_triton_kernel(name, names) else "      "
             log(f"  {marker} {us:10.0f} us  {name[:110]}")
         triton_us, total_us = triton_share(forward, names)
         share_known = self.cuda and total_us > 0
         if share_known:
-            self.result["triton_share_forward"] = triton_us / total_us
-            log(f"Triton kernels: {triton_us / total_us:.1%} of the forward's GPU time")
+            log(f"the submission's Triton kernels: {triton_us / total_us:.1%} of the forward's GPU time")
         elif self.cuda:
             log("warning: the profiler recorded no GPU kernels (is CUPTI available?); Triton share not checked")
+        else:
+            log(f"Triton kernels the interpreter launched in the forward: {', '.join(sorted(set(launched))) or 'none'}")
         self.refuse(
             check_library_attention(forward + both, names),
             check_triton_share(forward, names, self.limits.min_triton_share_forward) if share_known else None,
+            None if self.cuda else check_triton_launched(launched, names),
         )
         self.passed("library_attention")
-        if share_known:
+        if share_known or not self.cuda:
             self.passed("not_triton")
         else:
-            self.passed("not_triton", "skipped: " + ("the profiler recorded no GPU kernels" if self.cuda else "needs GPU kernels"))
+            self.passed("not_triton", "skipped: the profiler recorded no GPU kernels")
 
     def timing(self) -> None:
-        from leaderboard.harness import matmul_tflops, time_official, time_random_dO
+        from leaderboard.harness import time_official, time_random_dO
 
         p, s = self.problem, self.settings
-        log("matmul rate for the physical floor")
-        self.matmul_tflops, label = matmul_tflops(p, s, self.clock)
-        self.result.update(matmul_tflops=self.matmul_tflops, matmul=label)
-        log(f"{label} matmul: {self.matmul_tflops:.1f} TFLOP/s")
         log(f"official timing ({s.name}: warmup {s.warmup_ms} ms, rep {s.rep_ms} ms) x {self.repeats}")
-        timings = time_official(self.flash, p, s, self.clock, repeats=self.repeats)
+        timings = time_official(self.flash, p, s, self.clock, repeats=self.repeats, bracket=self.bracket)
         log("official: " + ", ".join(f"{t.median_ms:.3f} ms" for t in timings))
         log("timing with a random dO")
-        random_dO = time_random_dO(self.flash, p, s, self.clock)
+        random_dO = time_random_dO(self.flash, p, s, self.clock, bracket=self.bracket)
         log(f"random dO: {random_dO.median_ms:.3f} ms")
-        self.timings, self.random_dO = timings, random_dO
         self.untampered("after timing")
 
-    def timing_verdicts(self) -> None:
-        from leaderboard.config import attention_flops
-        from leaderboard.detectors import check_fixed_vs_fresh, check_floor, check_ones_vs_random
 
-        p = self.problem
-        medians = [t.median_ms for t in self.timings]
-        time_ms = self.clock.median(medians)
-        flops = attention_flops(p.batch, p.n, p.d, p.is_causal)
-        tflops = flops / (time_ms * 1e-3) / 1e12
-        floor_ms = flops / (self.matmul_tflops * 1e12) * 1e3
-        spread = 100.0 * (max(medians) - min(medians)) / min(medians) if len(medians) > 1 else None
-        self.result.update(
-            time_ms=time_ms,
-            repeat_ms=medians,
-            repeat_spread_pct=spread,
-            iqr_pct=self.timings[0].iqr_pct,
-            calls_timed=[len(t.times_ms) for t in self.timings],
-            random_dO_ms=self.random_dO.median_ms,
-            flops=flops,
-            tflops=tflops,
-            pct_of_matmul=100.0 * tflops / self.matmul_tflops,
-            floor_ms=floor_ms,
-        )
-        log(f"time {time_ms:.3f} ms = {tflops:.1f} TFLOP/s ({100 * tflops / self.matmul_tflops:.1f}% of the matmul); floor {floor_ms:.3f} ms")
-        found = [
-            check_fixed_vs_fresh(time_ms, self.fresh_ms, self.limits.fixed_faster_than_fresh),
-            check_ones_vs_random(time_ms, self.random_dO.median_ms, self.limits.ones_faster_than_random),
-            check_floor(time_ms, floor_ms, flops, self.matmul_tflops, self.result["matmul"]),
-        ]
-        for code, refusal in zip(("cached_outputs", "ones_dO", "below_floor"), found):
-            if refusal is None:
-                self.passed(code)
-        self.refuse(*found)
+# Names of the @triton.jit functions Triton's interpreter launched (dry runs; see main()).
+LAUNCHED: list[str] = []
+
+
+def summarize(events) -> list[list]:
+    """Profiler events as [name, on_gpu, total microseconds, count], one row per (name, on_gpu)."""
+    rows: dict[tuple[str, bool], list] = {}
+    for e in events:
+        row = rows.setdefault((e.name, e.on_gpu), [e.name, e.on_gpu, 0.0, 0])
+        row[2] += e.duration_us
+        row[3] += 1
+    return list(rows.values())
 
 
 def environment() -> dict:
@@ -432,19 +435,37 @@ def environment() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leaderboard.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="leaderboard worker", description=__doc__.splitlines()[0])
     parser.add_argument("submission", type=Path)
     parser.add_argument("--mode", choices=MODES, default="official")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--result", type=Path, required=True, help="where to write the JSON result")
+    parser.add_argument("--seed", type=int, required=True, help="the parent's seed for every checked input")
+    parser.add_argument("--channel-fd", type=int, required=True, help="the pipe to the parent")
+    parser.add_argument("--confine", default="none", help="UID:GID to drop to (the worker starts as root), or none")
+    parser.add_argument("--views", type=Path, default=None, help="a root-owned directory for confine's views")
+    parser.add_argument("--triton-names", default="", help="the submission's @triton.jit function names, comma-separated")
     args = parser.parse_args(argv)
+
+    from leaderboard.confine import ConfinementError, enter, harden
+    from leaderboard.protocol import PipeChannel
+
+    channel = PipeChannel(args.channel_fd)
+    try:
+        if args.confine == "none":
+            harden()
+        else:
+            uid, gid = (int(x) for x in args.confine.split(":"))
+            enter(uid, gid, args.views)
+    except (ConfinementError, OSError) as error:
+        channel.send("isolation_failed", message=str(error))
+        return 3
+    channel.send("hello", uid=os.getuid(), gid=os.getgid())
 
     # Must be settled before triton is first imported (leaderboard.config imports torch).
     if args.mode == "dry-run":
         os.environ["TRITON_INTERPRET"] = "1"
     elif os.environ.get("TRITON_INTERPRET") == "1":
-        print("TRITON_INTERPRET=1 is set: unset it for a GPU run", file=sys.stderr)
+        channel.send("refused", refusals=[{"code": "error", "message": "TRITON_INTERPRET=1 is set for a GPU run"}])
         return 2
 
     import torch
@@ -456,33 +477,43 @@ def main(argv: list[str] | None = None) -> int:
         # One thread: a dry run's times mean nothing, and on a shared CPU several busy-waiting
         # threads per process make every small operation many times slower.
         torch.set_num_threads(1)
-        # torch.compile must not trace into Triton's interpreter (its numpy code fails under
-        # dynamo): interpreted launches run as written, as graph breaks.
-        from triton.runtime.interpreter import InterpretedFunction
-
-        InterpretedFunction.run = torch._dynamo.disable(InterpretedFunction.run)
+        record_interpreted_launches()
     elif not torch.cuda.is_available():
-        print("no CUDA GPU: the leaderboard needs one (use --mode dry-run on a CPU)", file=sys.stderr)
+        channel.send("refused", refusals=[{"code": "error", "message": "the worker sees no CUDA GPU"}])
         return 2
     else:
         import torch._inductor  # noqa: F401
 
-    result = evaluate(args.submission.resolve(), args.mode, args.repeats, args.seed)
-    args.result.write_text(json.dumps(result, indent=1, default=str))
+    names = {name for name in args.triton_names.split(",") if name}
+    evaluate(args.submission.resolve(), args.mode, channel, args.repeats, args.seed, triton_names=names)
     return 0
 
 
-def evaluate(submission: Path | None, mode: str, repeats: int = 1, seed: int | None = None, Fn=None) -> dict:
-    """Check and time one submission in this process; return the result (never raises for a
-    failing submission: its errors become refusals). ``Fn`` skips the import (for tests)."""
+def record_interpreted_launches() -> None:
+    """Under Triton's interpreter: note the name of every @triton.jit function launched (in
+    ``LAUNCHED``), and keep torch.compile from tracing into the interpreter (its numpy code
+    fails under dynamo): interpreted launches run as written, as graph breaks."""
+    import torch
+    from triton.runtime.interpreter import InterpretedFunction
+
+    run = InterpretedFunction.run
+
+    def launch(self, *args, **kwargs):
+        LAUNCHED.append(self.fn.__name__)
+        return run(self, *args, **kwargs)
+
+    InterpretedFunction.run = torch._dynamo.disable(launch)
+
+
+def evaluate(submission: Path | None, mode: str, channel, repeats: int = 1, seed: int = 0, triton_names=(), Fn=None) -> None:
+    """Check and time one submission in this process, reporting on ``channel``; never raises
+    for a failing submission (its errors become a ``refused`` message). ``Fn`` skips the import
+    (for tests); ``triton_names`` are the submission's kernel names, found by the parent."""
     from leaderboard.detectors import Refusal
 
-    seed = seed if seed is not None else secrets.randbits(31)
-    result: dict = {"mode": mode, "seed": seed, "refusals": [], "checks": {}, "environment": environment()}
     evaluation = None
     try:
-        evaluation = Evaluation(submission, mode, repeats, seed, result, Fn=Fn)
-        result["problem"] = evaluation.problem.describe()
+        evaluation = Evaluation(submission, mode, repeats, seed, channel, triton_names, Fn=Fn)
         evaluation.run()
     except Stopped:
         pass
@@ -491,14 +522,21 @@ def evaluate(submission: Path | None, mode: str, repeats: int = 1, seed: int | N
             raise
         step = evaluation.step if evaluation else "setup"
         if isinstance(error, Refusal):
-            result["refusals"].append(error.as_dict())
+            refusal = error.as_dict()
         else:
-            message = f"{type(error).__name__} during {step}: {str(error)[:2000]}"
-            result["refusals"].append({"code": "error", "message": message})
-            result["traceback"] = traceback.format_exc()[-6000:]
-            log(f"error during {step}:\n{result['traceback']}")
-    result["accepted"] = not result["refusals"]
-    return result
+            refusal = {"code": "error", "message": f"{type(error).__name__} during {step}: {str(error)[:2000]}"}
+            trace = traceback.format_exc()[-6000:]
+            log(f"error during {step}:\n{trace}")
+            if evaluation is not None:
+                evaluation.info["traceback"] = trace
+        if evaluation is None:
+            channel.send("refused", refusals=[refusal], checks={}, info={})
+            return
+        evaluation.refusals.append(refusal)
+    if evaluation.refusals:
+        channel.send("refused", refusals=evaluation.refusals, checks=evaluation.checks, info=evaluation.info)
+    else:
+        channel.send("done", checks=evaluation.checks, info=evaluation.info, environment=environment())
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Each cheat a CPU can judge is refused for its own reason, by the leaderboard's own checks.
 
-The checks run in this process on the fixture's autograd.Function (``worker.evaluate`` with
-``Fn``), on the dry-run problem under Triton's interpreter: the same code path as
-``python -m leaderboard run FIXTURE --dry-run`` minus the process start. ``test_cli_dry_run``
-runs the real command on the honest fixture and on the patched-timers cheat.
+The checks run in this process on the fixture's autograd.Function (``runner.evaluate_in_process``:
+the worker's steps, then the parent's judgement of its messages), on the dry-run problem under
+Triton's interpreter: the same code path as ``python -m leaderboard run FIXTURE --dry-run``
+minus the processes and the sandbox. ``test_cli_dry_run`` runs the real command on the honest
+fixture and on the patched-timers cheat, and ``test_attacks_cpu`` the attacks on the parent.
 """
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -14,9 +16,10 @@ import pytest
 import torch
 
 from leaderboard.fixtures import FIXTURES
-from leaderboard.worker import evaluate
+from leaderboard.kernels import submission_triton_names
+from leaderboard.runner import evaluate_in_process, read_submission
 
-IN_PROCESS = [f for f in FIXTURES if f.cpu_refusals and f.name != "cheat_patched_timers"]
+IN_PROCESS = [f for f in FIXTURES if f.cpu_refusals and f.in_process]
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="dry-run checks run Triton's interpreter (machines without a GPU)"),
@@ -29,7 +32,10 @@ def dry_run_process(monkeypatch):
     """What the worker sets up for --dry-run, undone afterwards."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    monkeypatch.setattr(InterpretedFunction, "run", torch._dynamo.disable(InterpretedFunction.run))
+    from leaderboard.worker import record_interpreted_launches
+
+    monkeypatch.setattr(InterpretedFunction, "run", InterpretedFunction.run)  # restored afterwards
+    record_interpreted_launches()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -38,19 +44,22 @@ def dry_run_process(monkeypatch):
 
 
 def load_function(fixture):
-    """The fixture's FlashAttentionTriton, imported under a name of its own."""
-    name = f"leaderboard_fixture_{fixture.name}"
-    spec = importlib.util.spec_from_file_location(name, fixture.path / "cs336_systems" / "flash_attention_triton.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # torch.compile imports the function's module by name
-    spec.loader.exec_module(module)
-    return module.FlashAttentionTriton
+    """The fixture's FlashAttentionTriton, its cs336_systems imported as a package of its own name."""
+    package = f"leaderboard_fixture_{fixture.name}"
+    if package not in sys.modules:
+        directory = fixture.path / "cs336_systems"
+        spec = importlib.util.spec_from_file_location(package, directory / "__init__.py", submodule_search_locations=[str(directory)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module  # torch.compile imports the function's module by name
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{package}.flash_attention_triton").FlashAttentionTriton
 
 
 @pytest.mark.parametrize("fixture", IN_PROCESS, ids=lambda f: f.name)
 def test_cheat_is_refused_for_its_reason(fixture, dry_run_process):
-    result = evaluate(None, "dry-run", seed=0, Fn=load_function(fixture))
-    codes = [r["code"] for r in result["refusals"]]
-    assert not result["accepted"]
-    assert set(fixture.cpu_refusals) <= set(codes), result["refusals"]
-    assert "error" not in codes, result.get("traceback")
+    names = submission_triton_names(read_submission(fixture.path))
+    record = evaluate_in_process(load_function(fixture), "dry-run", names, seed=0)
+    codes = [r["code"] for r in record["refusals"]]
+    assert not record["accepted"]
+    assert set(fixture.cpu_refusals) <= set(codes), record["refusals"]
+    assert "error" not in codes, record.get("traceback")

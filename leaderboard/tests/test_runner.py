@@ -14,7 +14,7 @@ def test_hash_covers_exactly_the_submission_files(tmp_path):
     source = FIXTURES[0].path
     copy = tmp_path / "copy"
     shutil.copytree(source, copy, symlinks=False)
-    assert [f.name for f in submission_files(copy)] == ["adapters.py", "__init__.py", "flash_attention_triton.py"]
+    assert [f.name for f in submission_files(copy)] == ["adapters.py", "__init__.py", "flash_attention_triton.py", "slow_flash_attention.py"]
     original = submission_hash(copy)
     assert original == submission_hash(source)  # symlinked adapters.py: its contents count
     (copy / "cs336_systems" / "notes.txt").write_text("not code")
@@ -57,3 +57,12 @@ def test_a_partial_selftest_never_replaces_the_full_runs_records(tmp_path):
     assert output_dir(DEFAULT_OUT, None) == DEFAULT_OUT
     assert output_dir(DEFAULT_OUT, ["honest_slow", "cheat_sdpa"]) == DEFAULT_OUT / "only-cheat_sdpa-honest_slow"
     assert output_dir(tmp_path, ["honest_slow"]) == tmp_path  # a folder the user chose is used as given
+
+
+def test_without_root_run_refuses_unless_unisolated(monkeypatch, capsys):
+    import leaderboard.sandbox
+
+    monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
+    assert main(["run", str(FIXTURES[0].path), "--name", "x", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "not root" in err and "--unisolated" in err and "unprivileged" in err

@@ -1,0 +1,317 @@
+"""Where and as whom the worker runs: a leased uid, a fresh directory, a clean environment.
+
+Staff read this file to know what the process that runs student code can touch. For each run
+the parent (root):
+
+* leases a numeric uid (and the same gid) from ``config.SANDBOX_UIDS`` by taking an exclusive
+  ``flock`` on that uid's lock file in a root-only directory, so two leaderboard runs on one
+  host never share one; uids that name an account in the password database are skipped. The
+  uid needs no account: the worker drops to it by number (``confine``). Before and after the
+  run every process of that uid is killed (``kill(-1, SIGKILL)`` sent as that uid) and the files
+  it left in the shared temporary directories are removed;
+* makes a fresh directory (root-owned, mode 0711) holding ``kit/`` (root-owned: the few
+  leaderboard modules the worker runs, copied from the kit, so the kit itself need not be
+  readable), ``views/`` (root-owned, for ``confine``'s views) and ``work/`` (owned by the uid,
+  mode 0700: the worker's cwd, HOME, TMPDIR and compile caches, and ``work/submission/``, a
+  copy of the submission's files from the bytes the parent hashed);
+* gives the worker an environment built from scratch (``worker_env``): no variable of the
+  parent's except the few that locate the GPU, its libraries and a compiler.
+
+``preflight`` refuses to start (``SandboxUnavailable``, exit status 2) when the kit, the store
+or the interpreter is writable by the uid, or when the parent is not root and the run was not
+explicitly ``--unisolated``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import shutil
+import signal
+import stat
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from leaderboard.config import SANDBOX_UIDS
+from leaderboard.confine import needed_paths, unreadable
+from leaderboard.store import ROOT
+
+# What the worker imports from the kit (copied into every sandbox): nothing else of the kit.
+WORKER_MODULES = (
+    "leaderboard/__init__.py",
+    "leaderboard/config.py",
+    "leaderboard/confine.py",
+    "leaderboard/detectors.py",
+    "leaderboard/gate.py",
+    "leaderboard/harness.py",
+    "leaderboard/kernels.py",
+    "leaderboard/protocol.py",
+    "leaderboard/trusted.py",
+    "leaderboard/worker.py",
+    "tests/__init__.py",
+    "tests/submission.py",
+)
+# Variables of the parent's environment the worker may see: where the GPU, its libraries and a
+# compiler are. Everything else is set by worker_env or left out.
+PASSED_VARIABLES = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "TRITON_LIBCUDA_PATH",
+    "TRITON_PTXAS_PATH",
+    "CC",
+    "CXX",
+)
+LOCK_DIRS = (Path("/run/leaderboard-sandbox"), Path(tempfile.gettempdir()) / "leaderboard-sandbox-locks")
+SHARED_TEMP_DIRS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+UNISOLATED_HINT = (
+    "run the leaderboard as root, so that the student code runs as an unprivileged uid of its own "
+    "that cannot write the kit or the results store; or pass --unisolated to run code you trust "
+    "(your own) as yourself"
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The worker cannot be isolated as required; the message says what to fix."""
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the worker runs as: a leased uid and gid, or None for both (``--unisolated``)."""
+
+    uid: int | None
+    gid: int | None
+
+    @property
+    def isolated(self) -> bool:
+        return self.uid is not None
+
+
+def _lock_dir() -> Path:
+    """A directory only root can write, for the uid lock files (made if absent)."""
+    for directory in LOCK_DIRS:
+        try:
+            directory.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            continue
+        st = os.lstat(directory)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return directory
+    raise SandboxUnavailable(f"no root-only directory for the uid lock files; tried {', '.join(map(str, LOCK_DIRS))}")
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+@contextmanager
+def lease_uid() -> Iterator[Identity]:
+    """Hold one uid of the pool for the duration (see the module docstring)."""
+    directory = _lock_dir()
+    for uid in SANDBOX_UIDS:
+        if _has_account(uid):
+            continue
+        fd = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        identity = Identity(uid, uid)
+        try:
+            clear_uid(identity)
+            yield identity
+        finally:
+            clear_uid(identity)
+            os.close(fd)
+        return
+    raise SandboxUnavailable(f"every sandbox uid ({SANDBOX_UIDS.start}-{SANDBOX_UIDS.stop - 1}) is in use by another run")
+
+
+def kill_uid(identity: Identity) -> None:
+    """SIGKILL every process of the uid: a child becomes that uid and sends ``kill(-1)``,
+    which reaches exactly the processes it has the right to signal."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.setgroups([])
+            os.setresgid(identity.gid, identity.gid, identity.gid)
+            os.setresuid(identity.uid, identity.uid, identity.uid)
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # no process of that uid
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def clear_uid(identity: Identity) -> None:
+    """No process of the uid left running, and no file of its left in the shared temp dirs."""
+    if not identity.isolated:
+        return
+    kill_uid(identity)
+    for directory in SHARED_TEMP_DIRS:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != identity.uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+
+
+def _writable_by(path: Path, identity: Identity) -> bool:
+    """Whether the uid could change ``path`` (a file or directory) by its mode bits; a sticky
+    directory only lets it change its own entries, which are not ours."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return False
+    if st.st_uid == identity.uid:
+        return True
+    shift = 3 if st.st_gid == identity.gid else 0
+    writable = bool(st.st_mode & (stat.S_IWOTH << shift))
+    return writable and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)
+
+
+def writable_paths(roots: list[Path], identity: Identity, limit: int = 5, skip: tuple[str, ...] = ()) -> list[str]:
+    """Up to ``limit`` files or directories under ``roots`` (and the roots' own directories up
+    to /) that the uid could write."""
+    found: list[str] = []
+    for root in roots:
+        for ancestor in [root, *root.parents]:
+            if ancestor.exists() and _writable_by(ancestor, identity):
+                found.append(str(ancestor))
+        if not root.is_dir():
+            continue
+        for directory, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in skip]
+            for name in dirs + files:
+                path = Path(directory) / name
+                try:
+                    if _writable_by(path, identity):
+                        found.append(str(path))
+                except OSError:
+                    continue
+                if len(found) >= limit:
+                    return found
+    return found[:limit]
+
+
+def preflight(identity: Identity, store: Path | None) -> None:
+    """Refuse to run (``SandboxUnavailable``) where the isolation would not hold."""
+    missing = [m for m in WORKER_MODULES if not (ROOT / m).is_file()]
+    if missing:
+        raise SandboxUnavailable(f"the kit lacks the worker's modules {missing}")
+    if not identity.isolated:
+        return
+    paths = needed_paths()
+    problems = unreadable(paths, identity.uid, identity.gid)
+    if problems:
+        raise SandboxUnavailable(
+            f"the sandbox uid {identity.uid} cannot read what the worker's Python needs: {'; '.join(problems[:4])}. "
+            "Make these readable by others (chmod o+rX) or use a Python every user can read."
+        )
+    roots = [ROOT] + [Path(p) for p in paths if not Path(p).is_relative_to(ROOT)]
+    if store is not None:
+        roots.append(Path(store).resolve().parent)
+    # The interpreter's trees are large; their directories and top files are what a planted
+    # module would need, and a site-packages that others may write is already a broken install.
+    writable = writable_paths(roots, identity, skip=(".git", "__pycache__", "site-packages", "node_modules"))
+    if writable:
+        raise SandboxUnavailable(
+            f"the sandbox uid {identity.uid} could write {', '.join(writable)}: the kit, the results store and "
+            "the interpreter must not be writable by others (chmod -R o-w on them)"
+        )
+
+
+@dataclass(frozen=True)
+class SandboxDirs:
+    """The directories of one run (see the module docstring)."""
+
+    root: Path
+    kit: Path
+    views: Path
+    work: Path
+    submission: Path
+
+
+def make_sandbox(files: dict[str, bytes], identity: Identity) -> SandboxDirs:
+    """A fresh sandbox holding the worker's modules and a copy of ``files`` (relative path ->
+    bytes, the parent's own copy of the submission)."""
+    root = Path(tempfile.mkdtemp(prefix="leaderboard-sandbox-"))
+    os.chmod(root, 0o711)
+    dirs = SandboxDirs(root, root / "kit", root / "views", root / "work", root / "work" / "submission")
+    for module in WORKER_MODULES:
+        target = dirs.kit / module
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / module).read_bytes())
+    for directory, _, names in os.walk(dirs.kit):
+        os.chmod(directory, 0o755)
+        for name in names:
+            os.chmod(Path(directory) / name, 0o644)
+    dirs.views.mkdir(mode=0o711)
+    os.chmod(dirs.views, 0o711)
+    for sub in ("home", "tmp", "cache"):
+        (dirs.work / sub).mkdir(parents=True)
+    for relative, data in files.items():
+        target = dirs.submission / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    if identity.isolated:
+        for directory, subdirs, names in os.walk(dirs.work):
+            for name in [directory] + [os.path.join(directory, n) for n in subdirs + names]:
+                os.chown(name, identity.uid, identity.gid)
+    os.chmod(dirs.work, 0o700)
+    return dirs
+
+
+def remove_sandbox(dirs: SandboxDirs) -> None:
+    shutil.rmtree(dirs.root, ignore_errors=True)
+
+
+def worker_env(mode: str, dirs: SandboxDirs) -> dict[str, str]:
+    """The worker's whole environment (see the module docstring)."""
+    env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    cache = dirs.work / "cache"
+    env.update(
+        HOME=str(dirs.work / "home"),
+        TMPDIR=str(dirs.work / "tmp"),
+        USER="leaderboard-worker",
+        LOGNAME="leaderboard-worker",
+        XDG_CACHE_HOME=str(cache),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+    )
+    if mode == "dry-run":
+        env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    else:
+        # Compile in the worker itself: a pool of compile processes per run costs more to
+        # start than the few kernels a submission has take to compile.
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    return env
