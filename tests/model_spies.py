@@ -4,31 +4,60 @@ Read by the tests of benchmarking_script, nsys_profile and torch_compile (visibl
 They count what a submission's code made the model and the optimizer do without changing what
 it computes:
 
-* the ``lm_spy`` fixture (import it into a test module) patches ``TransformerLM.forward`` (the provided model's class, reached through
-  ``adapters.get_transformer_lm``) to count forward passes, record input shapes, autocast state
-  and logits dtype, and count backward passes through a gradient hook on the logits; a global
-  optimizer hook counts ``optimizer.step()`` calls.
+* the ``lm_spy`` fixture (import it into a test module) runs an adapter next to the submission
+  (probe ``benchmarking_script.spy_on_lm``, tests/executor/probes/) with the provided
+  ``TransformerLM`` class patched to count forward passes, record input shapes, autocast state
+  and logits dtype, count backward passes (a gradient reaching the logits) and models built; a
+  global optimizer hook counts ``optimizer.step()`` calls and ``torch.cuda.synchronize`` is
+  counted. The records come back here, where the tests judge them.
+* ``outcome_value`` turns a probe's ``caught`` outcome back into a value or a raised error.
 * ``spy_on_torch_compile`` wraps ``torch.compile``: it records each call and what the real one
   returned; ``compiled_once`` shares compiled objects between tests (compiling is slow).
 """
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from tests.executor.probes import run_probe
 
 TINY_MODEL = {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2}
 """Overrides that shrink any model size to something a CPU runs in milliseconds."""
 
 
+def outcome_value(outcome: dict) -> Any:
+    """The value of a probe's ``caught`` outcome, or raise its error as the built-in class it named."""
+    if "value" in outcome:
+        return outcome["value"]
+    error = outcome["error"]
+    if error["base"] == "SystemExit":
+        raised: BaseException = SystemExit(error["code"] if error["code"] is not None else error["message"] or None)
+    else:
+        cls = getattr(builtins, error["base"], None)
+        cls = cls if isinstance(cls, type) and issubclass(cls, Exception) else RuntimeError
+        try:
+            raised = cls(error["message"])
+        except Exception:  # noqa: BLE001  built-in classes whose constructor wants other arguments
+            raised = RuntimeError(error["message"])
+    raised.add_note(f"raised by the submission:\n{error['traceback'].rstrip()}")
+    raise raised
+
+
 @dataclass
 class LMSpy:
+    """What the provided LM and the optimizers did during this test's ``run`` calls (they add up)."""
+
+    adapters: Any = None
     forward_calls: int = 0
     backward_calls: int = 0
     optimizer_steps: int = 0
+    models_built: int = 0
+    cuda_syncs: int = 0
     input_shapes: list[tuple[int, ...]] = field(default_factory=list)
     autocast_enabled: list[bool] = field(default_factory=list)
     autocast_dtypes: list[torch.dtype] = field(default_factory=list)
@@ -38,39 +67,19 @@ class LMSpy:
     def counts(self) -> dict[str, int]:
         return {"forward": self.forward_calls, "backward": self.backward_calls, "optimizer.step": self.optimizer_steps}
 
+    def run(self, adapter: str, *args, **kwargs) -> Any:
+        """``adapters.<adapter>(*args, **kwargs)`` with the spies on; records what they saw, then
+        returns its value or raises (as a built-in class) what it raised."""
+        seen = run_probe(self.adapters, "benchmarking_script.spy_on_lm", TINY_MODEL, adapter, list(args), kwargs)
+        for name, value in seen["records"].items():
+            setattr(self, name, getattr(self, name) + (list(value) if isinstance(value, (list, tuple)) else value))
+        return outcome_value(seen["outcome"])
+
 
 @pytest.fixture
-def lm_spy(adapters, monkeypatch) -> LMSpy:
-    """Patch the provided TransformerLM class and hook every optimizer, for one test."""
-    spy = LMSpy()
-    lm_class = type(adapters.get_transformer_lm(model_overrides=TINY_MODEL))
-    original_forward = lm_class.forward
-
-    def counting_forward(self, token_ids, *args, **kwargs):
-        spy.forward_calls += 1
-        spy.input_shapes.append(tuple(token_ids.shape))
-        device_type = token_ids.device.type
-        spy.autocast_enabled.append(torch.is_autocast_enabled(device_type))
-        spy.autocast_dtypes.append(torch.get_autocast_dtype(device_type))
-        logits = original_forward(self, token_ids, *args, **kwargs)
-        spy.logits_dtypes.append(logits.dtype)
-        if logits.requires_grad:
-
-            def count_backward(grad):
-                spy.backward_calls += 1
-
-            logits.register_hook(count_backward)
-        return logits
-
-    monkeypatch.setattr(lm_class, "forward", counting_forward)
-
-    def count_step(optimizer, args, kwargs):
-        spy.optimizer_steps += 1
-        spy.optimizer_types.append(type(optimizer).__name__)
-
-    handle = register_optimizer_step_post_hook(count_step)
-    yield spy
-    handle.remove()
+def lm_spy(adapters) -> LMSpy:
+    """A spy for one test: call the submission through ``lm_spy.run("run_benchmark_model", ...)``."""
+    return LMSpy(adapters)
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Visible tests of §1.1 benchmarking_script: the timing harness, benchmark_model and the CLI.
 
 The harness is checked on a CPU with fakes: a fake clock that only moves when the fake step or
-the fake sync runs, and a sync that really sleeps. benchmark_model runs a tiny model on the
-CPU while a spy counts forward passes, backward passes and optimizer steps.
+the fake sync runs, and a sync that really sleeps (they run here, called back by the
+submission). benchmark_model runs a tiny model on the CPU while a spy next to the submission
+counts forward passes, backward passes and optimizer steps; the CLI runs there with its output
+captured (tests/executor/probes/benchmarking_script.py).
 """
 
 from __future__ import annotations
@@ -13,17 +15,21 @@ import pytest
 import torch
 
 from tests import timing_checks
-from tests.model_spies import TINY_MODEL, lm_spy  # noqa: F401 (lm_spy is a fixture)
+from tests.executor.probes import run_probe
+from tests.model_spies import TINY_MODEL, LMSpy, lm_spy, outcome_value  # noqa: F401 (lm_spy is a fixture)
 
 TINY_CLI = ["--d-model", "16", "--d-ff", "32", "--num-layers", "1", "--num-heads", "2", "--device", "cpu"]
 
 
-def run_cli(adapters, argv: list[str]) -> int:
-    """Run the CLI; an argparse-style SystemExit counts as returning its code."""
+def run_cli(adapters, argv: list[str]) -> tuple[int, str, str]:
+    """Run the CLI with its output captured: (status, stdout, stderr); an argparse-style SystemExit
+    counts as returning its code, any other error is raised."""
+    seen = run_probe(adapters, "benchmarking_script.run_cli", argv)
     try:
-        return adapters.run_benchmarking_cli(argv)
+        status = outcome_value(seen["outcome"])
     except SystemExit as exit_:
-        return int(exit_.code or 0)
+        status = int(exit_.code or 0)
+    return status, seen["stdout"], seen["stderr"]
 
 
 # ----------------------------------------------------------------------------- time_steps
@@ -65,10 +71,13 @@ def test_time_steps_rejects_bad_step_counts(adapters, warmup_steps, measure_step
 
 
 def benchmark_tiny(adapters, mode: str, **kwargs):
+    """benchmark_model of a tiny "small" model on the CPU; through ``adapters`` or an ``LMSpy``."""
     settings = dict(
         context_length=8, mode=mode, warmup_steps=1, measure_steps=2, device="cpu", model_overrides=TINY_MODEL
     )
     settings.update(kwargs)
+    if isinstance(adapters, LMSpy):
+        return adapters.run("run_benchmark_model", "small", **settings)
     return adapters.run_benchmark_model("small", **settings)
 
 
@@ -100,8 +109,8 @@ def test_benchmark_model_result(adapters):
         ("train_step", {"forward": 3, "backward": 3, "optimizer.step": 3}),
     ],
 )
-def test_benchmark_model_modes_run_the_right_work(adapters, lm_spy, mode, expected):
-    benchmark_tiny(adapters, mode, warmup_steps=1, measure_steps=2, batch_size=3)
+def test_benchmark_model_modes_run_the_right_work(lm_spy, mode, expected):
+    benchmark_tiny(lm_spy, mode, warmup_steps=1, measure_steps=2, batch_size=3)
     assert lm_spy.counts() == expected, (
         f"mode={mode!r} with 1 warm-up and 2 measured steps must run {expected} (warm-up steps "
         f"included); it ran {lm_spy.counts()}"
@@ -115,8 +124,8 @@ def test_benchmark_model_modes_run_the_right_work(adapters, lm_spy, mode, expect
         )
 
 
-def test_benchmark_model_bf16_autocast(adapters, lm_spy):
-    benchmark_tiny(adapters, "forward_backward", use_bf16=True)
+def test_benchmark_model_bf16_autocast(lm_spy):
+    benchmark_tiny(lm_spy, "forward_backward", use_bf16=True)
     assert all(lm_spy.autocast_enabled) and set(lm_spy.autocast_dtypes) == {torch.bfloat16}, (
         "with use_bf16=True the forward pass must run inside torch.autocast(device_type, dtype=torch.bfloat16); "
         f"autocast was enabled: {lm_spy.autocast_enabled}, dtypes {set(lm_spy.autocast_dtypes)}"
@@ -124,8 +133,8 @@ def test_benchmark_model_bf16_autocast(adapters, lm_spy):
     assert set(lm_spy.logits_dtypes) == {torch.bfloat16}, f"bf16 autocast gives bf16 logits; got {lm_spy.logits_dtypes}"
 
 
-def test_benchmark_model_fp32_has_no_autocast(adapters, lm_spy):
-    benchmark_tiny(adapters, "forward_backward", use_bf16=False)
+def test_benchmark_model_fp32_has_no_autocast(lm_spy):
+    benchmark_tiny(lm_spy, "forward_backward", use_bf16=False)
     assert not any(lm_spy.autocast_enabled), "with use_bf16=False the forward pass must not run under autocast"
 
 
@@ -153,19 +162,14 @@ def test_benchmark_model_rejects_bad_input(adapters, bad):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("use_bf16", [False, True])
-def test_benchmark_model_on_gpu_synchronizes(adapters, lm_spy, monkeypatch, use_bf16):
-    syncs = {"n": 0}
-    real_synchronize = torch.cuda.synchronize
-
-    def counting_synchronize(*args, **kwargs):
-        syncs["n"] += 1
-        return real_synchronize(*args, **kwargs)
-
-    monkeypatch.setattr(torch.cuda, "synchronize", counting_synchronize)
-    result = adapters.run_benchmark_model(
+def test_benchmark_model_on_gpu_synchronizes(lm_spy, use_bf16):
+    result = lm_spy.run(
+        "run_benchmark_model",
         "small", context_length=128, mode="train_step", warmup_steps=2, measure_steps=3, device="cuda", use_bf16=use_bf16
     )
-    assert syncs["n"] >= 5, f"every one of the 5 steps must end with torch.cuda.synchronize(); it ran {syncs['n']} times"
+    assert lm_spy.cuda_syncs >= 5, (
+        f"every one of the 5 steps must end with torch.cuda.synchronize(); it ran {lm_spy.cuda_syncs} times"
+    )
     assert len(result["times"]) == 3 and all(t > 0 for t in result["times"])
     assert set(lm_spy.logits_dtypes) == {torch.bfloat16 if use_bf16 else torch.float32}
 
@@ -173,10 +177,9 @@ def test_benchmark_model_on_gpu_synchronizes(adapters, lm_spy, monkeypatch, use_
 # ----------------------------------------------------------------------------- the CLI
 
 
-def test_cli_prints_mean_and_std_per_combination(adapters, capsys):
+def test_cli_prints_mean_and_std_per_combination(adapters):
     argv = ["--model-size", "small", "--context-length", "8", "16", "--mode", "forward"]
-    status = run_cli(adapters, argv + ["--warmup-steps", "1", "--measure-steps", "2"] + TINY_CLI)
-    out = capsys.readouterr().out
+    status, out, _ = run_cli(adapters, argv + ["--warmup-steps", "1", "--measure-steps", "2"] + TINY_CLI)
     assert status == 0, f"the CLI must return 0 after a run; got {status}"
     rows = [line for line in out.splitlines() if line.startswith("| small")]
     assert len(rows) == 2, f"expected one table row per size × context length × mode (2); got:\n{out}"
@@ -200,13 +203,12 @@ def test_cli_prints_mean_and_std_per_combination(adapters, capsys):
     ],
     ids=["model-size", "mode", "context-length", "measure-steps", "warmup-steps"],
 )
-def test_cli_bad_input_is_one_line_error(adapters, capsys, argv, must_mention):
-    status = run_cli(adapters, argv + TINY_CLI)
-    captured = capsys.readouterr()
+def test_cli_bad_input_is_one_line_error(adapters, argv, must_mention):
+    status, out, err = run_cli(adapters, argv + TINY_CLI)
     assert status == 2, f"bad input {argv} must exit with status 2 (like argparse); got {status}"
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, f"bad input {argv} must print exactly one line to stderr; got:\n{captured.err}"
-    assert "Traceback" not in captured.err and "error" in lines[0], f"expected '...: error: ...'; got {lines[0]!r}"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"bad input {argv} must print exactly one line to stderr; got:\n{err}"
+    assert "Traceback" not in err and "error" in lines[0], f"expected '...: error: ...'; got {lines[0]!r}"
     missing = [word for word in must_mention if word not in lines[0]]
     assert not missing, f"the error line must name the valid values ({must_mention}); it lacks {missing}: {lines[0]!r}"
-    assert "| small" not in captured.out, "nothing may be benchmarked after bad input"
+    assert "| small" not in out, "nothing may be benchmarked after bad input"

@@ -91,6 +91,20 @@ def check_excludes_warmup(time_steps: TimeSteps, warmup_steps: int = 2, measure_
     )
 
 
+def _diagnosis(times: list[float]) -> str:
+    """What a list of times from the fake clock says went wrong ("" when it says nothing clear)."""
+    if not times:
+        return ""
+    if all(t == pytest.approx(STEP_COST_S) for t in times):
+        return "The times miss the sync: call synchronize() before reading the timer at the end."
+    if any(t >= WARMUP_COST_S for t in times):
+        return "A time includes warm-up steps: read the timer for the first time after the warm-up."
+    if all(abs(t) < SYNC_COST_S for t in times):
+        return ("The times are not differences of readings of the timer passed in (a step moves that clock by "
+                f"{STEP_COST_S} s): read time only through timer().")
+    return ""
+
+
 def check_sync_inside_timed_region(time_steps: TimeSteps, warmup_steps: int = 2, measure_steps: int = 3):
     """Each measured time covers the step and the sync after it, and nothing else."""
     device, times = _run(time_steps, warmup_steps, measure_steps)
@@ -98,12 +112,7 @@ def check_sync_inside_timed_region(time_steps: TimeSteps, warmup_steps: int = 2,
     assert times == pytest.approx(expected), (
         f"each measured time must cover step_fn() and the synchronize() after it, read with the "
         f"timer passed in. With a fake clock where a step takes {STEP_COST_S} s and a sync "
-        f"{SYNC_COST_S} s, expected {expected}; got {times}. "
-        + (
-            "The times miss the sync: call synchronize() before reading the timer at the end."
-            if times and all(t == pytest.approx(STEP_COST_S) for t in times)
-            else ""
-        )
+        f"{SYNC_COST_S} s, expected {expected}; got {times}. " + _diagnosis(times)
     )
 
 
@@ -123,9 +132,12 @@ def check_uses_given_timer(time_steps: TimeSteps, warmup_steps: int = 1, measure
     start = 1.0e9
     device, times = _run(time_steps, warmup_steps, measure_steps, start=start)
     assert "timer" in device.events, "time_steps never called the timer it was given; read time only through it"
-    assert times == pytest.approx([STEP_COST_S + SYNC_COST_S] * measure_steps), (
-        f"times must be differences of readings of the timer passed in (a fake clock starting at "
-        f"{start:.0f} s); got {times}"
+    expected = [STEP_COST_S + SYNC_COST_S] * measure_steps
+    assert times == pytest.approx(expected), (
+        f"each time must be the timer's reading after step_fn() and synchronize() minus its reading "
+        f"before step_fn(). With the timer passed in (a fake clock starting at {start:.0f} s, where a "
+        f"step takes {STEP_COST_S} s and a sync {SYNC_COST_S} s), expected {expected}; got {times}. "
+        + _diagnosis(times)
     )
 
 

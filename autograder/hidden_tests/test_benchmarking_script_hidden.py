@@ -9,16 +9,20 @@ import pytest
 import torch
 
 from tests import timing_checks
-from tests.model_spies import TINY_MODEL, lm_spy  # noqa: F401 (lm_spy is a fixture)
+from tests.executor.probes import run_probe
+from tests.model_spies import TINY_MODEL, LMSpy, lm_spy, outcome_value  # noqa: F401 (lm_spy is a fixture)
 
 TINY_CLI = ["--d-model", "16", "--d-ff", "32", "--num-layers", "1", "--num-heads", "2", "--device", "cpu"]
 
 
 def run_cli(adapters, argv):
+    """(status, stdout, stderr) of the CLI run next to the submission; SystemExit counts as its code."""
+    seen = run_probe(adapters, "benchmarking_script.run_cli", argv)
     try:
-        return adapters.run_benchmarking_cli(argv)
+        status = outcome_value(seen["outcome"])
     except SystemExit as exit_:
-        return int(exit_.code or 0)
+        status = int(exit_.code or 0)
+    return status, seen["stdout"], seen["stderr"]
 
 
 @pytest.mark.parametrize(("warmup_steps", "measure_steps"), [(0, 1), (5, 7), (1, 4)])
@@ -69,10 +73,13 @@ def test_step_errors_propagate(adapters):
 
 
 def tiny(adapters, **kwargs):
+    """benchmark_model of a tiny "small" model on the CPU; through ``adapters`` or an ``LMSpy``."""
     settings = dict(
         context_length=8, mode="forward", warmup_steps=0, measure_steps=1, device="cpu", model_overrides=TINY_MODEL
     )
     settings.update(kwargs)
+    if isinstance(adapters, LMSpy):
+        return adapters.run("run_benchmark_model", "small", **settings)
     return adapters.run_benchmark_model("small", **settings)
 
 
@@ -93,8 +100,8 @@ def test_mean_and_sample_std_of_four_steps(adapters):
     )
 
 
-def test_longest_context_and_no_warmup_are_accepted(adapters, lm_spy):
-    result = tiny(adapters, context_length=1024, batch_size=1, warmup_steps=0, measure_steps=1)
+def test_longest_context_and_no_warmup_are_accepted(lm_spy):
+    result = tiny(lm_spy, context_length=1024, batch_size=1, warmup_steps=0, measure_steps=1)
     assert result["context_length"] == 1024 and lm_spy.input_shapes == [(1, 1024)], lm_spy.input_shapes
 
 
@@ -103,25 +110,17 @@ def test_longest_context_and_no_warmup_are_accepted(adapters, lm_spy):
     [{"batch_size": 0}, {"warmup_steps": -2}, {"context_length": 4096}, {"mode": "inference"}],
     ids=["batch_size=0", "warmup_steps=-2", "context_length=4096", "mode=inference"],
 )
-def test_bad_input_is_refused_before_building_the_model(adapters, monkeypatch, bad):
-    lm_class = type(adapters.get_transformer_lm(model_overrides=TINY_MODEL))
-    built = []
-    original_init = lm_class.__init__
-
-    def counting_init(self, *args, **kwargs):
-        built.append(1)
-        original_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(lm_class, "__init__", counting_init)
+def test_bad_input_is_refused_before_building_the_model(lm_spy, bad):
     with pytest.raises(ValueError):
-        tiny(adapters, **bad)
-    assert not built, f"{bad} must be refused before the model is built; it was built {len(built)} times"
+        tiny(lm_spy, **bad)
+    assert not lm_spy.models_built, (
+        f"{bad} must be refused before the model is built; it was built {lm_spy.models_built} times"
+    )
 
 
-def test_cli_runs_every_combination_in_order(adapters, capsys):
+def test_cli_runs_every_combination_in_order(adapters):
     argv = ["--model-size", "small", "medium", "--context-length", "8", "--mode", "forward", "forward_backward"]
-    status = run_cli(adapters, argv + ["--warmup-steps", "0", "--measure-steps", "1"] + TINY_CLI)
-    out = capsys.readouterr().out
+    status, out, _ = run_cli(adapters, argv + ["--warmup-steps", "0", "--measure-steps", "1"] + TINY_CLI)
     assert status == 0, f"expected status 0; got {status}"
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in out.splitlines()
             if line.startswith("| small") or line.startswith("| medium")]
@@ -132,10 +131,12 @@ def test_cli_runs_every_combination_in_order(adapters, capsys):
     ], f"expected one row per size × context length × mode, sizes outermost, modes innermost; got {combos}"
 
 
-def test_cli_passes_bf16_and_batch_size(adapters, lm_spy, capsys):
+def test_cli_passes_bf16_and_batch_size(lm_spy):
     argv = ["--context-length", "8", "--mode", "forward", "--bf16", "--batch-size", "3"]
-    status = run_cli(adapters, argv + ["--warmup-steps", "0", "--measure-steps", "1"] + TINY_CLI)
-    capsys.readouterr()
+    try:
+        status = lm_spy.run("run_benchmarking_cli", argv + ["--warmup-steps", "0", "--measure-steps", "1"] + TINY_CLI)
+    except SystemExit as exit_:
+        status = int(exit_.code or 0)
     assert status == 0
     assert set(lm_spy.input_shapes) == {(3, 8)}, f"--batch-size 3 --context-length 8 gives (3, 8) inputs; got {lm_spy.input_shapes}"
     assert all(lm_spy.autocast_enabled) and set(lm_spy.autocast_dtypes) == {torch.bfloat16}, "--bf16 must turn on bf16 autocast"
@@ -151,24 +152,22 @@ def test_cli_passes_bf16_and_batch_size(adapters, lm_spy, capsys):
     ],
     ids=["batch-size", "context-length-not-a-number", "heads-do-not-divide", "size-is-case-sensitive"],
 )
-def test_cli_more_bad_input(adapters, capsys, argv, must_mention):
-    status = run_cli(adapters, TINY_CLI + argv)
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert status == 2 and len(lines) == 1 and "Traceback" not in captured.err, (
-        f"bad input {argv} must give status 2 and one stderr line; got status {status}, stderr:\n{captured.err}"
+def test_cli_more_bad_input(adapters, argv, must_mention):
+    status, _, err = run_cli(adapters, TINY_CLI + argv)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, (
+        f"bad input {argv} must give status 2 and one stderr line; got status {status}, stderr:\n{err}"
     )
     missing = [word for word in must_mention if word not in lines[0]]
     assert not missing, f"the error line must mention {must_mention}; it lacks {missing}: {lines[0]!r}"
 
 
 @pytest.mark.gpu
-def test_cli_out_of_memory_row_and_the_rest_still_run(adapters, capsys):
+def test_cli_out_of_memory_row_and_the_rest_still_run(adapters):
     argv = ["--context-length", "1024", "8", "--mode", "forward", "--batch-size", "20000", "--device", "cuda",
             "--warmup-steps", "0", "--measure-steps", "1", "--d-model", "64", "--d-ff", "128", "--num-layers", "1",
             "--num-heads", "2"]
-    status = run_cli(adapters, argv)
-    out = capsys.readouterr().out
+    status, out, _ = run_cli(adapters, argv)
     rows = [line for line in out.splitlines() if line.startswith("| small")]
     assert status == 0 and len(rows) == 2, f"expected two rows; got status {status}, output:\n{out}"
     assert "OOM" in rows[0] and "OOM" not in rows[1], f"context 1024 at batch 20000 runs out of memory, 8 fits:\n{out}"
