@@ -1,19 +1,20 @@
 """Visible tests of §1.2 nsys_profile: the annotated attention and the phase-annotated training loop.
 
-NVTX calls are recorded (see tests/nvtx_recorder.py), so these run on a CPU. The aten ops that
-run inside each range are logged too, to check that each stage happens in its own range.
+NVTX calls are recorded next to the submission (see tests/nvtx_recorder.py), so these run on a
+CPU. The aten ops that run inside each range are logged too, to check that each stage happens
+in its own range. Training is compared with a plain AdamW loop run here, whose forward and
+backward passes go through the provided model with the loop's own parameters.
 """
 
 from __future__ import annotations
-
-import copy
 
 import pytest
 import torch
 
 from tests.assertions import assert_close
+from tests.executor.probes import run_probe
 from tests.model_spies import TINY_MODEL
-from tests.nvtx_recorder import MATMUL_OPS, SOFTMAX_OPS, OpLogger, nvtx, ops_by_range  # noqa: F401 (nvtx fixture)
+from tests.nvtx_recorder import MATMUL_OPS, SOFTMAX_OPS, nvtx, ops_by_range  # noqa: F401 (nvtx fixture)
 
 ATTENTION_RANGES = ["computing attention scores", "computing softmax", "final matmul"]
 
@@ -31,7 +32,7 @@ def attention_inputs(seed=0, batch=(2,), queries=5, keys=7, d_k=8, d_v=6):
 def test_annotated_attention_pushes_the_three_ranges_in_order(adapters, nvtx):
     annotated = adapters.get_annotated_scaled_dot_product_attention()
     Q, K, V, mask = attention_inputs()
-    annotated(Q, K, V, mask)
+    nvtx.call(annotated, Q, K, V, mask)
     expected = [(kind, name) for name in ATTENTION_RANGES for kind in ("push", "pop")]
     assert nvtx.ranges() == expected, (
         f"expected the ranges {ATTENTION_RANGES}, each pushed and popped in turn (not nested); "
@@ -42,8 +43,7 @@ def test_annotated_attention_pushes_the_three_ranges_in_order(adapters, nvtx):
 def test_annotated_attention_does_each_stage_in_its_range(adapters, nvtx):
     annotated = adapters.get_annotated_scaled_dot_product_attention()
     Q, K, V, mask = attention_inputs()
-    with OpLogger(nvtx.events):
-        annotated(Q, K, V, mask)
+    nvtx.call(annotated, Q, K, V, mask, log_ops=True)
     ops = ops_by_range(nvtx.events)
     where = {name: sorted(set(ops.get(name, []))) for name in ["", *ATTENTION_RANGES]}
     assert MATMUL_OPS & set(ops.get("computing attention scores", [])), (
@@ -66,7 +66,7 @@ def test_annotated_attention_equals_model_attention(adapters, nvtx, use_mask):
     Q, K, V, mask = attention_inputs(seed=1)
     mask = mask if use_mask else None
     context = f"Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}, mask={'random' if use_mask else None}"
-    out = annotated(Q, K, V, mask)
+    out = nvtx.call(annotated, Q, K, V, mask)
     grads = torch.autograd.grad(out.sum(), (Q, K, V))
     expected = plain(Q, K, V, mask)
     expected_grads = torch.autograd.grad(expected.sum(), (Q, K, V))
@@ -79,20 +79,12 @@ def test_annotated_attention_equals_model_attention(adapters, nvtx, use_mask):
 
 
 def training_setup(adapters, seed=0):
+    """A tiny provided model (in the submission's process) and token ids for it."""
     torch.manual_seed(seed)
     model = adapters.get_transformer_lm(model_overrides=TINY_MODEL)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     inputs = torch.randint(0, 10_000, (2, 8))
     targets = torch.randint(0, 10_000, (2, 8))
-    return model, optimizer, inputs, targets
-
-
-def watch_training(model, optimizer, events):
-    """Log model forward passes, backward passes (a gradient arriving) and optimizer steps into ``events``."""
-    model.register_forward_hook(lambda module, args, output: events.append(("model", "forward")))
-    first_parameter = next(model.parameters())
-    first_parameter.register_post_accumulate_grad_hook(lambda parameter: events.append(("model", "backward")))
-    optimizer.register_step_post_hook(lambda opt, args, kwargs: events.append(("model", "optimizer.step")))
+    return model, inputs, targets
 
 
 def expected_training_events(warmup_steps, measure_steps):
@@ -106,17 +98,8 @@ def expected_training_events(warmup_steps, measure_steps):
 
 
 def test_profiled_training_phases_in_order(adapters, nvtx):
-    model, optimizer, inputs, targets = training_setup(adapters)
-    watch_training(model, optimizer, nvtx.events)
-    adapters.run_profiled_training(
-        model,
-        optimizer,
-        inputs,
-        targets,
-        warmup_steps=2,
-        measure_steps=2,
-        synchronize=lambda: nvtx.events.append(("sync", "")),
-    )
+    model, inputs, targets = training_setup(adapters)
+    nvtx.profiled_training(model, "AdamW", 1e-2, inputs, targets, warmup_steps=2, measure_steps=2)
     expected = expected_training_events(2, 2)
     assert nvtx.events == expected, (
         "expected one 'warm-up' range around the 2 warm-up steps (ending with a sync inside it), then for "
@@ -127,26 +110,32 @@ def test_profiled_training_phases_in_order(adapters, nvtx):
     assert not nvtx.open_ranges, f"every pushed range must be popped; still open: {nvtx.open_ranges}"
 
 
-def test_profiled_training_trains_like_a_plain_loop(adapters, nvtx):
-    model, optimizer, inputs, targets = training_setup(adapters, seed=3)
-    twin = copy.deepcopy(model)
-    twin_optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
-    adapters.run_profiled_training(
-        model, optimizer, inputs, targets, warmup_steps=1, measure_steps=2, synchronize=lambda: None
-    )
-    for _ in range(3):
-        loss = torch.nn.functional.cross_entropy(twin(inputs).flatten(0, 1), targets.flatten())
+def plain_training(adapters, model, parameters, inputs, targets, steps, lr):
+    """``steps`` AdamW steps on cross-entropy from ``parameters`` ({name: tensor}), run here: only the
+    model's forward (with these parameters) and its backward run in the submission's process."""
+    parameters = {name: p.detach().clone().requires_grad_(True) for name, p in parameters.items()}
+    optimizer = torch.optim.AdamW(parameters.values(), lr=lr)
+    for _ in range(steps):
+        logits = run_probe(adapters, "nsys_profile.forward_with", model, parameters, inputs)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
         loss.backward()
-        twin_optimizer.step()
-        twin_optimizer.zero_grad()
-    for (name, parameter), twin_parameter in zip(model.named_parameters(), twin.parameters()):
+        optimizer.step()
+        optimizer.zero_grad()
+    return parameters
+
+
+def test_profiled_training_trains_like_a_plain_loop(adapters, nvtx):
+    model, inputs, targets = training_setup(adapters, seed=3)
+    trained = nvtx.profiled_training(model, "AdamW", 1e-2, inputs, targets, warmup_steps=1, measure_steps=2)
+    twin = plain_training(adapters, model, trained["before"], inputs, targets, steps=3, lr=1e-2)
+    for name, parameter in trained["after"].items():
         assert_close(
             parameter,
-            twin_parameter,
+            twin[name],
             atol=1e-6,
             rtol=1e-5,
             what=f"parameter {name}",
             context="after 1 warm-up + 2 measured steps, compared with a plain AdamW loop on cross-entropy",
         )
-    leftover = [name for name, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0]
+    leftover = [name for name, grad in trained["grads"].items() if grad is not None and grad.abs().sum() > 0]
     assert not leftover, f"gradients must be zeroed after each optimizer step; still set: {leftover}"

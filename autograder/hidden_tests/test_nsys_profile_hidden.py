@@ -1,5 +1,8 @@
 """Hidden tests of §1.2 nsys_profile: other shapes and masks, the ranges inside the model and
-inside the training phases, no warm-up, and bad step counts."""
+inside the training phases, no warm-up, and bad step counts.
+
+NVTX is recorded next to the submission through the ``nvtx`` fixture (tests/nvtx_recorder.py);
+only tensors and plain settings are sent there."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def test_equals_model_attention_on_other_shapes(adapters, nvtx, batch, queries, 
         mask = torch.rand(mask_shape, generator=generator) > 0.4
         mask[..., 0] = True
     context = f"Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}, mask {mask_shape}, float64"
-    out = adapters.get_annotated_scaled_dot_product_attention()(Q, K, V, mask)
+    out = nvtx.call(adapters.get_annotated_scaled_dot_product_attention(), Q, K, V, mask)
     expected = adapters.get_scaled_dot_product_attention()(Q, K, V, mask)
     assert_close(out, expected, atol=1e-10, rtol=1e-10, what="output", context=context)
     dO = torch.randn_like(expected)
@@ -46,8 +49,7 @@ def test_swapped_into_the_model_every_layer_is_annotated(adapters, nvtx):
     tokens = torch.randint(0, 10_000, (2, 6))
     with torch.no_grad():
         expected = model(tokens)
-        with adapters.get_use_attention()(adapters.get_annotated_scaled_dot_product_attention()):
-            logits = model(tokens)
+        logits = nvtx.with_annotated_attention(model, tokens)
     assert_close(logits, expected, atol=1e-5, rtol=1e-5, what="logits", context="model with the annotated attention")
     pushes = [name for kind, name in nvtx.ranges() if kind == "push"]
     assert pushes == ATTENTION_RANGES * 3, f"3 layers must push the 3 attention ranges each, in order; got {pushes}"
@@ -69,11 +71,8 @@ def test_attention_ranges_nest_inside_the_phase_ranges(adapters, nvtx):
     torch.manual_seed(0)
     annotated = adapters.get_annotated_scaled_dot_product_attention()
     model = adapters.get_transformer_lm(model_overrides=TINY_MODEL, attention_fn=annotated)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 10_000, (2, 6))
-    adapters.run_profiled_training(
-        model, optimizer, tokens, tokens, warmup_steps=1, measure_steps=2, synchronize=lambda: None
-    )
+    nvtx.profiled_training(model, "SGD", 0.1, tokens, tokens, warmup_steps=1, measure_steps=2)
     pairs = nesting(nvtx.events)
     phases = [child for parent, child in pairs if child in PHASES]
     assert phases == ["warm-up", "forward", "backward", "optimizer", "forward", "backward", "optimizer"], phases
@@ -90,28 +89,21 @@ def test_attention_ranges_nest_inside_the_phase_ranges(adapters, nvtx):
 def test_no_warmup_steps(adapters, nvtx):
     torch.manual_seed(1)
     model = adapters.get_transformer_lm(model_overrides=TINY_MODEL)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 10_000, (1, 4))
-    syncs = []
-    adapters.run_profiled_training(
-        model, optimizer, tokens, tokens, warmup_steps=0, measure_steps=3, synchronize=lambda: syncs.append(1)
-    )
+    nvtx.profiled_training(model, "SGD", 0.1, tokens, tokens, warmup_steps=0, measure_steps=3)
     pushes = [name for kind, name in nvtx.ranges() if kind == "push"]
     assert pushes == ["warm-up"] + ["forward", "backward", "optimizer"] * 3, pushes
-    assert len(syncs) == 4, f"synchronize runs 1 + measure_steps = 4 times; got {len(syncs)}"
+    syncs = nvtx.events.count(("sync", ""))
+    assert syncs == 4, f"synchronize runs 1 + measure_steps = 4 times; got {syncs}"
 
 
 @pytest.mark.parametrize(("warmup_steps", "measure_steps"), [(-1, 2), (1, 0)])
 def test_bad_step_counts_are_refused_before_any_step(adapters, nvtx, warmup_steps, measure_steps):
     torch.manual_seed(2)
     model = adapters.get_transformer_lm(model_overrides=TINY_MODEL)
-    before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 10_000, (1, 4))
     with pytest.raises(ValueError):
-        adapters.run_profiled_training(
-            model, optimizer, tokens, tokens, warmup_steps=warmup_steps, measure_steps=measure_steps,
-            synchronize=lambda: None,
-        )
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "no step may run before the check"
+        nvtx.profiled_training(model, "SGD", 0.1, tokens, tokens, warmup_steps=warmup_steps, measure_steps=measure_steps)
+    before, after = nvtx.training["before"], nvtx.training["after"]
+    assert all(torch.equal(before[name], after[name]) for name in before), "no step may run before the check"
     assert not nvtx.ranges(), f"no range may be pushed before the check; got {nvtx.ranges()}"
