@@ -58,7 +58,21 @@ BAD_INPUTS = (
 
 
 def assert_rejects(function: type[torch.autograd.Function], bad: BadInput) -> None:
-    """Fail unless ``function.apply`` raises ValueError/TypeError/RuntimeError for ``bad``."""
+    """Fail unless ``function.apply`` works on a valid input and raises ValueError/TypeError/RuntimeError for ``bad``.
+
+    The valid call comes first, so that a Function that raises for every input (or, for the
+    Triton Function, one that runs no Triton kernel of its own) earns nothing for its refusals.
+    """
+    valid = (_randn(1, 16, 16), _randn(1, 16, 16), _randn(1, 16, 16))
+    try:
+        function.apply(*valid, False)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        pytest.fail(
+            f"{function.__name__}.apply(Q, K, V, False) with valid float32 inputs of shape (1, 16, 16) raised "
+            f"{type(error).__name__}: {error}. Input checks count only once valid inputs work; fix that first."
+        )
     Q, K, V = bad.make()
     call = (
         f"{function.__name__}.apply(Q, K, V, False) with Q {tuple(Q.shape)} {Q.dtype}, "

@@ -69,6 +69,9 @@ def check_saved_tensors(function: type[torch.autograd.Function], case: FlashCase
     O = function.apply(Q, K, V, case.is_causal)
     L = saved_logsumexp(O, case.batch, case.n_queries, context)
     assert_meta(L, shape=(case.batch, case.n_queries), dtype=torch.float32, what="saved logsumexp L", context=context)
+    truth = case.truth(Q, K, V)  # the right shapes earn nothing unless the values are right too
+    assert_close(O, truth.O, **tolerance(case.dtype, "O"), what="O", context=context)
+    assert_close(L, truth.L, **tolerance(case.dtype, "L"), what="saved logsumexp L", context=context)
     limit = case.n_queries * case.n_keys
     if case.batch * case.d >= min(case.n_queries, case.n_keys):
         raise ValueError(f"pick a case with batch * d < min(n_queries, n_keys); got {case}")
@@ -113,6 +116,8 @@ def check_compiled(function: type[torch.autograd.Function], case: FlashCase, bac
     dO = case.make_grad_output() if backward else None
     O = compiled(Q, K, V, case.is_causal)
     assert_meta(O, shape=tuple(Q.shape), dtype=case.dtype, what="O", context=context)
+    with torch.no_grad():  # the same Function, uncompiled: for the Triton one, its own kernels must run
+        function.apply(Q.detach(), K.detach(), V.detach(), case.is_causal)
     truth = case.truth(Q, K, V, dO)
     assert_close(O, truth.O, **tolerance(case.dtype, "O"), what="O", context=context)
     if backward:

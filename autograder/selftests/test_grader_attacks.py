@@ -9,6 +9,7 @@ no text of the hidden tests or the reference in what a student sees.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from autograder.grade import GradeOptions, grade
 from autograder.selftests.gradescope_schema import problems_with
 
 NAMES = [attack.name for attack in ATTACKS]
+SECRET_SEED = "attack-selftest-secret-" + os.urandom(6).hex()  # the hidden seed while attacks are graded
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +30,8 @@ def attack_grades():
     """{attack name: (attack, GradeReport, results.json as written)}, graded once per session."""
     root = Path(tempfile.mkdtemp(prefix="attack-grades-"))
     root.chmod(0o755)
+    previous = os.environ.get("CS336_HIDDEN_SEED")
+    os.environ["CS336_HIDDEN_SEED"] = SECRET_SEED
 
     def run(attack):
         submission = materialize(attack.name, root / attack.name / "submission")
@@ -41,6 +45,10 @@ def attack_grades():
             yield dict(pool.map(run, ATTACKS))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("CS336_HIDDEN_SEED", None)
+        else:
+            os.environ["CS336_HIDDEN_SEED"] = previous
 
 
 def _entries(results: dict, problem: str) -> list[dict]:
@@ -74,6 +82,7 @@ def test_attack_gets_its_verdict(attack_grades, name):
     for item in attack.left_out:
         assert any(line.startswith(item) for line in report.sandbox.left_out), (item, report.sandbox.left_out)
     text = json.dumps(written)
+    assert SECRET_SEED not in text, "the hidden seed leaked into results.json"
     for relative in attack.secret_files:
         secret_lines = [line.strip() for line in (KIT / relative).read_text().splitlines() if len(line.strip()) > 30]
         leaked = [line for line in secret_lines if json.dumps(line)[1:-1] in text]

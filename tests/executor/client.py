@@ -165,9 +165,22 @@ class Executor:
         return env
 
     def start(self) -> None:
-        """Start a fresh executor (it imports torch while the harness goes on)."""
+        """Start a fresh executor and wait until it answers (its start-up is never charged to a test)."""
         if self.process is not None:
             return
+        began = time.monotonic()
+        self._spawn()
+        try:
+            send_frame(self._to, {"op": "hello"})
+            reply = recv_frame(self._from, began + _START_TIMEOUT_S)
+        except (Closed, BrokenPipeError, TimedOut, ProtocolError) as error:
+            raise self._fail(f"the process for the submission did not start ({type(error).__name__})") from None
+        if not isinstance(reply, dict) or "ok" not in reply:
+            raise self._fail("the process for the submission did not start (no greeting)")
+        if self.deadline is not None:
+            self.deadline += time.monotonic() - began
+
+    def _spawn(self) -> None:
         if not self._prepared:
             self._prepare()
         work = self.settings.workdir
@@ -259,7 +272,13 @@ class Executor:
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
     def end_test(self) -> None:
+        """Called after each test: when the executor failed in it, start the next one now, between tests."""
         self.deadline = None
+        if self.failure is not None and self.process is None:
+            try:
+                self.start()
+            except ExecutorFailure:
+                pass  # the next test reports it
 
     # -- values --------------------------------------------------------------------------
 
