@@ -79,9 +79,10 @@ def _relay(stream, out) -> None:
 class _Reader(threading.Thread):
     """Reads the worker's messages as they arrive (each stamped on arrival)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, limit: int):
         super().__init__(daemon=True)
         self.stream = stream
+        self.limit = limit
         self.messages = []
         self.error: str | None = None
 
@@ -91,6 +92,9 @@ class _Reader(threading.Thread):
         try:
             while (message := read_message(self.stream)) is not None:
                 self.messages.append(message)
+                if len(self.messages) > self.limit:
+                    self.error = f"more than the {self.limit} messages a run has"
+                    return
         except ProtocolError as error:
             self.error = str(error)
         except (OSError, ValueError) as error:
@@ -101,7 +105,7 @@ def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
     """Run the worker on a sandbox copy of ``files`` as ``identity``; return what the parent
     observed (``verdict.Observed``)."""
     from leaderboard.sandbox import clear_uid, make_sandbox, remove_sandbox, worker_env
-    from leaderboard.verdict import Observed
+    from leaderboard.verdict import Observed, expected_script
 
     dirs = make_sandbox(files, identity)
     channel_read, channel_write = os.pipe()
@@ -126,7 +130,7 @@ def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
         os.close(channel_write)
         os.close(output_write)
         channel_write = output_write = -1
-        reader = _Reader(open(channel_read, "rb", closefd=True))
+        reader = _Reader(open(channel_read, "rb", closefd=True), limit=len(expected_script(run)))
         relay = threading.Thread(target=_relay, args=(open(output_read, "rb", closefd=True), sys.stderr), daemon=True)
         channel_read = output_read = -1
         reader.start()

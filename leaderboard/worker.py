@@ -479,7 +479,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
         record_interpreted_launches()
     elif not torch.cuda.is_available():
-        channel.send("refused", refusals=[{"code": "error", "message": "the worker sees no CUDA GPU"}])
+        message = (
+            f"the worker (uid {os.getuid()}) sees no CUDA GPU; the GPU's device files (/dev/nvidia*) must be "
+            "readable and writable by every user"
+        )
+        channel.send("refused", refusals=[{"code": "error", "message": message}])
         return 2
     else:
         import torch._inductor  # noqa: F401
