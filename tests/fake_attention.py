@@ -1,57 +1,33 @@
-"""A fake attention for testing attention sweeps on a CPU (§2.1): it sleeps a known time.
+"""Attention sweeps on a fake attention, for testing §2.1 on a CPU.
 
-Read by tests/test_pytorch_attention.py and the hidden tests. ``Behaviour(...).attention`` is an
-attention function ``fn(Q, K, V) -> Q + K + V`` whose forward and backward sleep as configured
-(longer on the first call per shape, like a kernel being loaded), can raise
-``torch.cuda.OutOfMemoryError`` from some sequence length on, and records its inputs.
+Read by tests/test_pytorch_attention.py and the hidden tests. The fake (``Behaviour`` in
+tests/executor/probes/pytorch_attention.py) runs next to the submission: ``fn(Q, K, V) -> Q + K + V``
+whose forward and backward sleep a known time (longer on the first call per shape, like a kernel
+being loaded), can raise ``torch.cuda.OutOfMemoryError`` from some sequence length on, and records
+its inputs. ``torch.compile`` is watched there during the sweep and returns an eager stand-in.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
+from typing import Any
 
-import torch
-
-
-class FakeAttention(torch.autograd.Function):
-    """O = Q + K + V, with a forward and a backward that sleep as ``behaviour`` says."""
-
-    @staticmethod
-    def forward(ctx, Q, K, V, behaviour):
-        ctx.behaviour = behaviour
-        behaviour.on_forward(Q, K, V)
-        return Q + K + V
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.behaviour.on_backward(grad)
-        return grad, grad, grad, None
+from tests.executor.probes import run_probe
 
 
-class Behaviour:
-    """Records calls; sleeps ``forward_s`` / ``backward_s``, or ``first_call_s`` on a shape's first call."""
+@dataclass
+class FakeSweep:
+    """What a sweep returned and what the fake saw: see ``probes/pytorch_attention.sweep``."""
 
-    def __init__(self, forward_s=0.0, backward_s=0.0, first_call_s=0.0, oom_forward_from=None, oom_backward_from=None):
-        self.forward_s, self.backward_s, self.first_call_s = forward_s, backward_s, first_call_s
-        self.oom_forward_from, self.oom_backward_from = oom_forward_from, oom_backward_from
-        self.inputs: list[tuple] = []
-        self.seen_forward: set = set()
-        self.seen_backward: set = set()
+    rows: list[dict[str, Any]]
+    inputs: list[tuple]
+    compile_calls: int
+    compiled_the_attention: bool
+    compiled_calls: int
 
-    def on_forward(self, Q, K, V):
-        self.inputs.append(tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in (Q, K, V)))
-        if self.oom_forward_from is not None and Q.shape[-2] >= self.oom_forward_from:
-            raise torch.cuda.OutOfMemoryError("fake out of memory in forward")
-        first = Q.shape not in self.seen_forward
-        self.seen_forward.add(Q.shape)
-        time.sleep(self.first_call_s if first else self.forward_s)
 
-    def on_backward(self, grad):
-        if self.oom_backward_from is not None and grad.shape[-2] >= self.oom_backward_from:
-            raise torch.cuda.OutOfMemoryError("fake out of memory in backward")
-        first = grad.shape not in self.seen_backward
-        self.seen_backward.add(grad.shape)
-        time.sleep(self.first_call_s if first else self.backward_s)
-
-    def attention(self, Q, K, V):
-        return FakeAttention.apply(Q, K, V, self)
+def sweep_with_fake(adapters, behaviour: dict | None = None, **sweep_kwargs) -> FakeSweep:
+    """``adapters.run_attention_sweep(**sweep_kwargs)`` with a fake attention configured by ``behaviour``
+    (``forward_s``, ``backward_s``, ``first_call_s``, ``oom_forward_from``, ``oom_backward_from``;
+    None: the submission's default attention)."""
+    return FakeSweep(**run_probe(adapters, "pytorch_attention.sweep", behaviour, sweep_kwargs))

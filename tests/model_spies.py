@@ -11,8 +11,9 @@ it computes:
   global optimizer hook counts ``optimizer.step()`` calls and ``torch.cuda.synchronize`` is
   counted. The records come back here, where the tests judge them.
 * ``outcome_value`` turns a probe's ``caught`` outcome back into a value or a raised error.
-* ``spy_on_torch_compile`` wraps ``torch.compile``: it records each call and what the real one
-  returned; ``compiled_once`` shares compiled objects between tests (compiling is slow).
+* ``compiled_once`` runs a torch_compile probe (tests/executor/probes/torch_compile.py, which
+  watches ``torch.compile`` next to the submission) once and shares its observations and the
+  compiled object between tests (compiling is slow).
 """
 
 from __future__ import annotations
@@ -82,51 +83,19 @@ def lm_spy(adapters) -> LMSpy:
     return LMSpy(adapters)
 
 
-@dataclass
-class CompileSpy:
-    calls: list[tuple[object, dict]] = field(default_factory=list)
-    returned: list[object] = field(default_factory=list)
+_compiled: dict[tuple, dict] = {}
 
 
-def spy_on_torch_compile(monkeypatch: pytest.MonkeyPatch, *, really_compile: bool = True) -> CompileSpy:
-    """Replace ``torch.compile`` with a recorder that (by default) still compiles."""
-    spy = CompileSpy()
-    real_compile = torch.compile
+def compiled_once(adapters, probe: str = "torch_compile.compiled_attention", *args) -> dict:
+    """The observations of ``run_probe(adapters, probe, *args)``, computed once per submission process.
 
-    def recording_compile(fn=None, **kwargs):
-        spy.calls.append((fn, kwargs))
-        result = real_compile(fn, **kwargs) if really_compile else _Tagged(fn)
-        spy.returned.append(result)
-        return result
-
-    monkeypatch.setattr(torch, "compile", recording_compile)
-    return spy
-
-
-class _Tagged:
-    """A stand-in for a compiled function: calls the original and counts the calls."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.calls = 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
-
-
-_compiled: dict[str, tuple[object, CompileSpy]] = {}
-
-
-def compiled_once(key: str, build):
-    """Run ``build()`` under a torch.compile spy once per test session; return (result, spy).
-
-    Compiling on a CPU takes seconds per graph, so tests share what they compiled. Nothing is
-    cached when ``build`` raises, so every test that needs it fails with that error.
+    Compiling on a CPU takes seconds per graph, so tests share what was compiled (the compiled
+    object stays in the submission's process, a handle here). Nothing is cached when the probe
+    raises, so every test that needs it fails with that error; after the submission's process
+    is restarted, it is compiled again.
     """
+    generation = getattr(getattr(adapters, "_executor", None), "generation", 0)
+    key = (probe, args, id(adapters), generation)
     if key not in _compiled:
-        with pytest.MonkeyPatch.context() as patch:
-            spy = spy_on_torch_compile(patch)
-            result = build()
-        _compiled[key] = (result, spy)
+        _compiled[key] = run_probe(adapters, probe, *args)
     return _compiled[key]

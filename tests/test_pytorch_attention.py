@@ -2,7 +2,8 @@
 
 On a CPU the sweep runs fake attentions: one that sleeps a known time in forward and backward
 (and much longer on its first call per shape, like a kernel being loaded), one that runs out of
-memory at long sequences. A GPU test runs the real attention into a real out-of-memory error.
+memory at long sequences. The fakes run next to the submission (see tests/fake_attention.py)
+and their records come back here. A GPU test runs the real attention into a real out-of-memory error.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.fake_attention import Behaviour
-from tests.model_spies import spy_on_torch_compile
+from tests.fake_attention import sweep_with_fake
 
 ROW_KEYS = {"batch_size", "head_dim", "seq_len", "compiled", "forward_ms", "backward_ms", "memory_before_backward_bytes", "oom"}
 
 
 def test_rows_cover_the_grid_in_order(adapters):
-    behaviour = Behaviour()
-    rows = adapters.run_attention_sweep(
-        batch_size=3, head_dims=[4, 8], seq_lens=[16, 32], device="cpu", warmup_steps=1, measure_steps=2,
-        attention_fn=behaviour.attention,
+    fake = sweep_with_fake(
+        adapters, {}, batch_size=3, head_dims=[4, 8], seq_lens=[16, 32], device="cpu", warmup_steps=1, measure_steps=2,
     )
+    rows = fake.rows
     grid = [(row["head_dim"], row["seq_len"]) for row in rows]
     assert grid == [(4, 16), (4, 32), (8, 16), (8, 32)], (
         f"rows must follow head_dims (outer loop) × seq_lens (inner loop); got (head_dim, seq_len) {grid}"
@@ -32,7 +31,7 @@ def test_rows_cover_the_grid_in_order(adapters):
         assert row["memory_before_backward_bytes"] is None, "memory_before_backward_bytes is None on a CPU"
         for key in ("forward_ms", "backward_ms"):
             assert isinstance(row[key], float) and row[key] >= 0, f"{key} must be a float (ms); got {row[key]!r}"
-    shapes = {shapes for shapes in behaviour.inputs}
+    shapes = {shapes for shapes in fake.inputs}
     expected = {
         tuple(((3, n, d), torch.float32, True) for _ in range(3)) for d in (4, 8) for n in (16, 32)
     }
@@ -44,11 +43,10 @@ def test_rows_cover_the_grid_in_order(adapters):
 
 def test_times_forward_and_backward_apart_in_ms_without_warmup(adapters):
     forward_s, backward_s, first_s = 0.04, 0.02, 0.4
-    behaviour = Behaviour(forward_s=forward_s, backward_s=backward_s, first_call_s=first_s)
-    (row,) = adapters.run_attention_sweep(
-        batch_size=1, head_dims=[4], seq_lens=[8], device="cpu", warmup_steps=1, measure_steps=3,
-        attention_fn=behaviour.attention,
-    )
+    behaviour = {"forward_s": forward_s, "backward_s": backward_s, "first_call_s": first_s}
+    (row,) = sweep_with_fake(
+        adapters, behaviour, batch_size=1, head_dims=[4], seq_lens=[8], device="cpu", warmup_steps=1, measure_steps=3,
+    ).rows
     setup = (
         f"(fake attention: forward sleeps {forward_s * 1e3:.0f} ms, backward {backward_s * 1e3:.0f} ms, "
         f"the first call of each {first_s * 1e3:.0f} ms; warmup_steps=1, measure_steps=3)"
@@ -65,11 +63,10 @@ def test_times_forward_and_backward_apart_in_ms_without_warmup(adapters):
 
 @pytest.mark.parametrize("where", ["forward", "backward"])
 def test_out_of_memory_is_a_row_not_a_crash(adapters, where):
-    behaviour = Behaviour(**{f"oom_{where}_from": 32})
-    rows = adapters.run_attention_sweep(
-        batch_size=2, head_dims=[4, 8], seq_lens=[16, 32], device="cpu", warmup_steps=1, measure_steps=1,
-        attention_fn=behaviour.attention,
-    )
+    rows = sweep_with_fake(
+        adapters, {f"oom_{where}_from": 32}, batch_size=2, head_dims=[4, 8], seq_lens=[16, 32], device="cpu",
+        warmup_steps=1, measure_steps=1,
+    ).rows
     assert [(row["head_dim"], row["seq_len"], row["oom"]) for row in rows] == [
         (4, 16, False), (4, 32, True), (8, 16, False), (8, 32, True)
     ], f"an out-of-memory error in the {where} pass must mark that row oom=True and the sweep go on; got {rows}"
@@ -89,16 +86,16 @@ def test_default_attention_is_the_models(adapters):
     assert len(rows) == 1 and rows[0]["oom"] is False and rows[0]["forward_ms"] > 0 and rows[0]["backward_ms"] > 0, rows
 
 
-def test_compiled_sweep_times_what_torch_compile_returned(adapters, monkeypatch):
-    compile_spy = spy_on_torch_compile(monkeypatch, really_compile=False)
-    behaviour = Behaviour()
-    rows = adapters.run_attention_sweep(
-        batch_size=2, head_dims=[4], seq_lens=[8, 16], device="cpu", warmup_steps=1, measure_steps=2,
-        compiled=True, attention_fn=behaviour.attention,
+def test_compiled_sweep_times_what_torch_compile_returned(adapters):
+    # torch.compile is watched next to the submission and returns a stand-in that counts its calls.
+    fake = sweep_with_fake(
+        adapters, {}, batch_size=2, head_dims=[4], seq_lens=[8, 16], device="cpu", warmup_steps=1, measure_steps=2,
+        compiled=True,
     )
-    assert len(compile_spy.calls) == 1, f"compiled=True must call torch.compile once per sweep; it was called {len(compile_spy.calls)} times"
-    assert compile_spy.calls[0][0] == behaviour.attention, "torch.compile must be applied to the attention being swept"
-    assert compile_spy.returned[0].calls >= 2 * (1 + 2), "the timed calls must go through what torch.compile returned"
+    assert fake.compile_calls == 1, f"compiled=True must call torch.compile once per sweep; it was called {fake.compile_calls} times"
+    assert fake.compiled_the_attention, "torch.compile must be applied to the attention being swept"
+    assert fake.compiled_calls >= 2 * (1 + 2), "the timed calls must go through what torch.compile returned"
+    rows = fake.rows
     assert all(row["compiled"] is True for row in rows), f"rows of a compiled sweep have compiled=True; got {rows}"
 
 

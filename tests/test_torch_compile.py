@@ -1,7 +1,9 @@
 """Visible tests of §2.2 torch_compile: compiled attention and a compiled model equal eager.
 
 Compiling on a CPU generates and builds C++ (seconds per graph), so shapes are tiny and each
-compiled object is built once per test session and shared (see ``compiled_once``).
+compiled object is built once per test session and shared (see ``compiled_once``). What
+``torch.compile`` was given and returned is watched next to the submission by the probes of
+tests/executor/probes/torch_compile.py; the verdicts are here.
 """
 
 from __future__ import annotations
@@ -10,23 +12,25 @@ import pytest
 import torch
 
 from tests.assertions import assert_close
-from tests.model_spies import TINY_MODEL, compiled_once, spy_on_torch_compile
+from tests.executor.probes import run_probe
+from tests.model_spies import TINY_MODEL, compiled_once
 
-def compiled_attention(adapters):
-    return compiled_once("attention", adapters.get_compiled_attention)
+def compiled_attention(adapters) -> dict:
+    return compiled_once(adapters, "torch_compile.compiled_attention")
 
 
 def test_compiled_attention_is_what_torch_compile_returned(adapters):
-    compiled, spy = compiled_attention(adapters)
-    assert len(spy.calls) == 1, f"compiled_attention must call torch.compile once; it called it {len(spy.calls)} times"
-    assert compiled is spy.returned[0], "return the object torch.compile returned, not a wrapper around it"
-    assert spy.calls[0][0] is adapters.get_scaled_dot_product_attention(), (
-        "compile the model's scaled_dot_product_attention (cs336_systems.model)"
+    seen = compiled_attention(adapters)
+    assert seen["calls"] == 1, f"compiled_attention must call torch.compile once; it called it {seen['calls']} times"
+    assert seen["returned_it"], "return the object torch.compile returned, not a wrapper around it"
+    assert seen["compiled_sdpa"], (
+        "compile the model's scaled_dot_product_attention (cs336_systems.model); "
+        f"torch.compile got {seen['compiled_what']}"
     )
 
 
 def test_compiled_attention_matches_eager(adapters):
-    compiled, _ = compiled_attention(adapters)
+    compiled = compiled_attention(adapters)["compiled"]
     eager = adapters.get_scaled_dot_product_attention()
     generator = torch.Generator().manual_seed(0)
     Q, K, V = (torch.randn(2, 16, 8, generator=generator, requires_grad=True) for _ in range(3))
@@ -40,29 +44,21 @@ def test_compiled_attention_matches_eager(adapters):
         assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5, what=f"d{name}", context=context)
 
 
-def test_compile_model_returns_torch_compile_of_the_model(adapters, monkeypatch):
+def test_compile_model_returns_torch_compile_of_the_model(adapters):
     # Compiling a whole model on a CPU takes tens of seconds: here torch.compile is only watched
     # (it returns a stand-in that runs the model eagerly); the GPU test below really compiles.
-    spy = spy_on_torch_compile(monkeypatch, really_compile=False)
-    model = adapters.get_transformer_lm(model_overrides=TINY_MODEL)
-    compiled = adapters.run_compile_model(model)
-    assert len(spy.calls) == 1 and spy.calls[0][0] is model, (
-        f"compile_model must call torch.compile(model) once; torch.compile got {[call[0] for call in spy.calls]}"
+    seen = run_probe(adapters, "torch_compile.compile_model", TINY_MODEL)
+    assert seen["calls"] == 1 and seen["compiled_the_model"], (
+        f"compile_model must call torch.compile(model) once; torch.compile got {seen['compiled_what']}"
     )
-    assert compiled is spy.returned[0], "compile_model must return what torch.compile returned"
+    assert seen["returned_it"], "compile_model must return what torch.compile returned"
 
 
 @pytest.mark.gpu
 def test_compiled_model_matches_eager_on_gpu(adapters):
-    torch.manual_seed(0)
-    model = adapters.get_transformer_lm(model_overrides={"num_layers": 2}, device="cuda")
-    compiled = adapters.run_compile_model(model)
-    tokens = torch.randint(0, 10_000, (4, 128), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    tokens = torch.randint(0, 10_000, (4, 128), generator=torch.Generator().manual_seed(1))
+    seen = run_probe(adapters, "torch_compile.compiled_vs_eager", {"num_layers": 2}, tokens, "cuda", 0)
     context = "compiled vs eager TransformerLM 'small' with 2 layers, tokens of shape (4, 128), float32"
-    logits = compiled(tokens)
-    expected = model(tokens)
-    assert_close(logits, expected, atol=1e-3, rtol=1e-3, what="logits", context=context)
-    grads = torch.autograd.grad(logits.float().square().mean(), list(model.parameters()))
-    expected_grads = torch.autograd.grad(expected.float().square().mean(), list(model.parameters()))
-    for (name, _), grad, expected_grad in zip(model.named_parameters(), grads, expected_grads):
+    assert_close(seen["logits"], seen["expected"], atol=1e-3, rtol=1e-3, what="logits", context=context)
+    for name, grad, expected_grad in zip(seen["names"], seen["grads"], seen["expected_grads"], strict=True):
         assert_close(grad, expected_grad, atol=1e-4, rtol=1e-2, what=f"gradient of {name}", context=context)

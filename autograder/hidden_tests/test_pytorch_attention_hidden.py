@@ -6,49 +6,41 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.model_spies import spy_on_torch_compile
-from tests.fake_attention import Behaviour
+from tests.fake_attention import sweep_with_fake
 
 
-def test_one_torch_compile_for_a_whole_grid(adapters, monkeypatch):
-    spy = spy_on_torch_compile(monkeypatch, really_compile=False)
-    behaviour = Behaviour()
-    rows = adapters.run_attention_sweep(
-        batch_size=1, head_dims=[2, 4, 6], seq_lens=[3, 5], device="cpu", warmup_steps=0, measure_steps=1,
-        compiled=True, attention_fn=behaviour.attention,
+def test_one_torch_compile_for_a_whole_grid(adapters):
+    fake = sweep_with_fake(
+        adapters, {}, batch_size=1, head_dims=[2, 4, 6], seq_lens=[3, 5], device="cpu", warmup_steps=0,
+        measure_steps=1, compiled=True,
     )
-    assert len(rows) == 6 and len(spy.calls) == 1, (
-        f"compile the attention once for the whole sweep; torch.compile ran {len(spy.calls)} times for 6 rows"
+    assert len(fake.rows) == 6 and fake.compile_calls == 1, (
+        f"compile the attention once for the whole sweep; torch.compile ran {fake.compile_calls} times for 6 rows"
     )
 
 
-def test_uncompiled_sweep_does_not_compile(adapters, monkeypatch):
-    spy = spy_on_torch_compile(monkeypatch, really_compile=False)
-    rows = adapters.run_attention_sweep(
-        batch_size=1, head_dims=[4], seq_lens=[4], device="cpu", warmup_steps=0, measure_steps=1,
-        attention_fn=Behaviour().attention,
+def test_uncompiled_sweep_does_not_compile(adapters):
+    fake = sweep_with_fake(
+        adapters, {}, batch_size=1, head_dims=[4], seq_lens=[4], device="cpu", warmup_steps=0, measure_steps=1,
     )
-    assert not spy.calls and rows[0]["compiled"] is False
+    assert not fake.compile_calls and fake.rows[0]["compiled"] is False
 
 
 def test_oom_in_backward_keeps_the_forward_time(adapters):
-    behaviour = Behaviour(oom_backward_from=16)
-    rows = adapters.run_attention_sweep(
-        batch_size=1, head_dims=[4], seq_lens=[8, 16, 8], device="cpu", warmup_steps=1, measure_steps=2,
-        attention_fn=behaviour.attention,
-    )
+    rows = sweep_with_fake(
+        adapters, {"oom_backward_from": 16}, batch_size=1, head_dims=[4], seq_lens=[8, 16, 8], device="cpu",
+        warmup_steps=1, measure_steps=2,
+    ).rows
     assert [row["oom"] for row in rows] == [False, True, False], rows
     assert rows[1]["backward_ms"] is None, rows[1]
     assert rows[2]["backward_ms"] is not None, "the sweep must go on after an out-of-memory error"
 
 
 def test_warmup_zero_and_many_steps(adapters):
-    behaviour = Behaviour()
-    adapters.run_attention_sweep(
-        batch_size=2, head_dims=[4], seq_lens=[8], device="cpu", warmup_steps=0, measure_steps=7,
-        attention_fn=behaviour.attention,
+    fake = sweep_with_fake(
+        adapters, {}, batch_size=2, head_dims=[4], seq_lens=[8], device="cpu", warmup_steps=0, measure_steps=7,
     )
-    assert len(behaviour.inputs) >= 7, f"7 measured forward passes must call the attention 7 times at least; got {len(behaviour.inputs)}"
+    assert len(fake.inputs) >= 7, f"7 measured forward passes must call the attention 7 times at least; got {len(fake.inputs)}"
 
 
 def test_default_attention_runs_on_other_head_dims(adapters):

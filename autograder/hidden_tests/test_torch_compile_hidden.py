@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from tests.assertions import assert_close
-from tests.model_spies import TINY_MODEL, compiled_once, spy_on_torch_compile
+from tests.executor.probes import run_probe
+from tests.model_spies import TINY_MODEL, compiled_once
 
 
 def compiled_attention(adapters):
-    return compiled_once("attention", adapters.get_compiled_attention)[0]
+    return compiled_once(adapters, "torch_compile.compiled_attention")["compiled"]
 
 
 def compare(adapters, Q, K, V, mask, atol, context):
@@ -41,16 +42,10 @@ def test_causal_mask_with_heads(adapters):
     compare(adapters, Q, K, V, mask, 1e-5, "(batch 2, heads 2, seq 8, d 4) float32 with a causal mask")
 
 
-def test_compiled_model_shares_parameters(adapters, monkeypatch):
-    spy_on_torch_compile(monkeypatch, really_compile=False)
-    model = adapters.get_transformer_lm(model_overrides=TINY_MODEL)
-    compiled = adapters.run_compile_model(model)
-    tokens = torch.randint(0, 10_000, (1, 4))
-    with torch.no_grad():
-        before = compiled(tokens)
-        for parameter in model.parameters():
-            parameter.mul_(0.5)
-        after = compiled(tokens)
+def test_compiled_model_shares_parameters(adapters):
+    # The probe halves the eager model's parameters between two runs of the compiled one.
+    seen = run_probe(adapters, "torch_compile.compile_model", TINY_MODEL, torch.randint(0, 10_000, (1, 4)))
+    before, after = seen["before"], seen["after"]
     assert not torch.allclose(before, after), "the compiled model must use the eager model's parameters, not a copy"
 
 

@@ -1,0 +1,125 @@
+"""Probes for the torch_compile and pytorch_attention tests: watching ``torch.compile`` in the executor.
+
+``watch_torch_compile`` replaces ``torch.compile`` where the submission looks it up, records each
+call and what it returned, and puts the real one back afterwards. The probes return plain
+observations (counts, booleans, reprs) and the objects the submission returned (as handles
+under --isolate); the tests make every verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class CompileSpy:
+    """What ``torch.compile`` was called with (``calls``: (fn, kwargs)) and what it returned."""
+
+    calls: list[tuple[object, dict]] = field(default_factory=list)
+    returned: list[object] = field(default_factory=list)
+
+
+class Tagged:
+    """A stand-in for a compiled function: calls the original eagerly and counts the calls."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def watch_torch_compile(*, really_compile: bool = True) -> Iterator[CompileSpy]:
+    """Record ``torch.compile`` calls while the block runs; ``really_compile=False`` returns ``Tagged`` stand-ins."""
+    spy = CompileSpy()
+    real_compile = torch.compile
+
+    def recording_compile(fn=None, **kwargs):
+        spy.calls.append((fn, kwargs))
+        result = real_compile(fn, **kwargs) if really_compile else Tagged(fn)
+        spy.returned.append(result)
+        return result
+
+    torch.compile = recording_compile
+    try:
+        yield spy
+    finally:
+        torch.compile = real_compile
+
+
+def _describe(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__name__
+
+
+def compiled_attention(load_adapters: Callable[[], Any]) -> dict:
+    """Run ``get_compiled_attention`` under a watch (really compiling).
+
+    Returns {"compiled": what it returned, "calls": torch.compile calls, "returned_it": it is what
+    torch.compile returned, "compiled_sdpa": torch.compile's first argument is the model's
+    scaled_dot_product_attention, "compiled_what": its name}.
+    """
+    adapters = load_adapters()
+    with watch_torch_compile() as spy:
+        compiled = adapters.get_compiled_attention()
+    first = spy.calls[0][0] if spy.calls else None
+    return {"compiled": compiled, "calls": len(spy.calls), "returned_it": bool(spy.returned) and compiled is spy.returned[0],
+            "compiled_sdpa": bool(spy.calls) and first is adapters.get_scaled_dot_product_attention(),
+            "compiled_what": _describe(first) if spy.calls else None}
+
+
+def compile_model(load_adapters: Callable[[], Any], model_overrides: dict, tokens: torch.Tensor | None = None) -> dict:
+    """Build the provided model with ``model_overrides``; run ``run_compile_model`` on it under a watch
+    whose torch.compile returns an eager stand-in.
+
+    Returns {"calls", "compiled_the_model": torch.compile got exactly the model, "compiled_what":
+    reprs of what it got, "returned_it": the result is what torch.compile returned}; with
+    ``tokens``, also "before"/"after": the result's logits for them, before and after every
+    parameter of the eager model is halved (no grad).
+    """
+    adapters = load_adapters()
+    model = adapters.get_transformer_lm(model_overrides=model_overrides)
+    with watch_torch_compile(really_compile=False) as spy:
+        compiled = adapters.run_compile_model(model)
+        observed = {"calls": len(spy.calls), "compiled_the_model": len(spy.calls) == 1 and spy.calls[0][0] is model,
+                    "compiled_what": [_describe(call[0]) for call in spy.calls],
+                    "returned_it": bool(spy.returned) and compiled is spy.returned[0]}
+        if tokens is not None:
+            with torch.no_grad():
+                observed["before"] = compiled(tokens)
+                for parameter in model.parameters():
+                    parameter.mul_(0.5)
+                observed["after"] = compiled(tokens)
+    return observed
+
+
+def compiled_vs_eager(load_adapters: Callable[[], Any], model_overrides: dict, tokens: torch.Tensor,
+                      device: str, seed: int) -> dict:
+    """Seed, build the model on ``device``, really compile it with ``run_compile_model``, run both on ``tokens``.
+
+    Returns {"logits", "expected": the eager model's logits, "names": parameter names, "grads",
+    "expected_grads": gradients of ``logits.float().square().mean()`` for each parameter}.
+    """
+    adapters = load_adapters()
+    torch.manual_seed(seed)
+    model = adapters.get_transformer_lm(model_overrides=model_overrides, device=device)
+    compiled = adapters.run_compile_model(model)
+    tokens = tokens.to(device)
+    logits = compiled(tokens)
+    expected = model(tokens)
+    names, parameters = zip(*model.named_parameters())
+    grads = torch.autograd.grad(logits.float().square().mean(), parameters)
+    expected_grads = torch.autograd.grad(expected.float().square().mean(), parameters)
+    return {"logits": logits.detach(), "expected": expected.detach(), "names": list(names),
+            "grads": [g.detach() for g in grads], "expected_grads": [g.detach() for g in expected_grads]}
+
+
+PROBES = {"compiled_attention": compiled_attention, "compile_model": compile_model,
+          "compiled_vs_eager": compiled_vs_eager}
