@@ -1,67 +1,40 @@
-"""Fake attention implementations and a fake ``bench`` for testing the §2.6 sweep on a CPU.
+"""The §2.6 sweep on fake implementations and a fake ``bench``, for testing on a CPU.
 
-Read by tests/test_flash_benchmarking.py and the hidden tests. Each fake implementation counts
-its forward and backward calls in one shared Counter (and can raise
-``torch.cuda.OutOfMemoryError`` from some sequence length on); ``FakeBench`` runs the function
+Read by tests/test_flash_benchmarking.py and the hidden tests. The fakes run next to the
+submission (tests/executor/probes/flash_benchmarking.py): each fake implementation counts its
+forward and backward calls in one shared Counter (the first can raise
+``torch.cuda.OutOfMemoryError`` from some sequence length on); the fake bench runs the function
 it is given once and returns a unique number, remembering which calls that run made. A row's
-number then tells which work it timed.
+number then tells which work it timed. ``fake_sweep`` brings the rows and those records here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
-import torch
-
+from tests.executor.probes import run_probe
 
 PHASES = ("forward", "backward", "forward_backward")
+NAMES = ("triton", "pytorch")
 
 
-class CountingAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, Q, K, V, is_causal, counter):
-        ctx.counter = counter
-        counter.log.append((counter.name, tuple(Q.shape), Q.dtype, is_causal, Q.requires_grad))
-        counter.calls[counter.name, "forward"] += 1
-        if counter.oom_from is not None and Q.shape[-2] >= counter.oom_from:
-            raise torch.cuda.OutOfMemoryError(f"fake out of memory in {counter.name}")
-        return Q * 2 + K + V
+@dataclass
+class FakeSweep:
+    """``rows``: what the sweep returned; ``ran``: {bench value: Counter of (name, phase) calls its run
+    made}; ``log``: (name, Q's shape, dtype, is_causal, Q.requires_grad) per forward call."""
 
-    @staticmethod
-    def backward(ctx, dO):
-        ctx.counter.calls[ctx.counter.name, "backward"] += 1
-        return 2 * dO, dO, dO, None, None
+    rows: list[dict[str, Any]]
+    ran: dict[float, Counter]
+    log: list[tuple]
 
 
-class FakeImplementation:
-    """One fake implementation: counts its calls in a Counter shared by all of them."""
-
-    def __init__(self, name, calls, log, oom_from=None):
-        self.name, self.calls, self.log, self.oom_from = name, calls, log, oom_from
-
-    def __call__(self, Q, K, V, is_causal):
-        return CountingAttention.apply(Q, K, V, is_causal, self)
-
-
-class FakeBench:
-    """Runs fn once; returns 1000 + the call number; remembers which work each call ran."""
-
-    def __init__(self, calls: Counter):
-        self.calls = calls
-        self.ran: dict[float, Counter] = {}
-
-    def __call__(self, fn) -> float:
-        before = Counter(self.calls)
-        fn()
-        value = 1000.0 + len(self.ran)
-        self.ran[value] = Counter({key: n - before[key] for key, n in self.calls.items() if n - before[key]})
-        return value
-
-
-def fake_setup(oom_from=None):
-    calls, log = Counter(), []
-    implementations = {
-        "triton": FakeImplementation("triton", calls, log, oom_from=oom_from),
-        "pytorch": FakeImplementation("pytorch", calls, log),
-    }
-    return implementations, FakeBench(calls), log
+def fake_sweep(adapters, *, names=NAMES, oom_from=None, fake_bench=True, oom_randn_size=None, **sweep_kwargs) -> FakeSweep:
+    """``adapters.run_flash_benchmark_sweep(**sweep_kwargs)`` with fake ``implementations`` called ``names``
+    (the first runs out of memory for seq_len >= ``oom_from``), the fake ``bench`` unless
+    ``fake_bench`` is False, and ``torch.randn`` out of memory for shapes holding ``oom_randn_size``."""
+    seen = run_probe(adapters, "flash_benchmarking.sweep", sweep_kwargs, list(names), oom_from, fake_bench,
+                     oom_randn_size)
+    ran = {value: Counter({(name, phase): n for name, phase, n in counts}) for value, counts in seen["ran"]}
+    return FakeSweep(rows=seen["rows"], ran=ran, log=[tuple(entry) for entry in seen["log"]])

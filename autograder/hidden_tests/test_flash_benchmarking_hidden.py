@@ -6,46 +6,34 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.fake_flash import PHASES, fake_setup
+from tests.fake_flash import NAMES, PHASES, fake_sweep
 
 
 def test_is_causal_false_and_batch_size_are_passed(adapters):
-    implementations, bench, log = fake_setup()
-    rows = adapters.run_flash_benchmark_sweep(
-        seq_lens=[8], head_dims=[16], dtypes=[torch.float16], device="cpu", batch_size=3, is_causal=False,
-        implementations=implementations, bench=bench,
+    fake = fake_sweep(
+        adapters, seq_lens=[8], head_dims=[16], dtypes=[torch.float16], device="cpu", batch_size=3, is_causal=False,
     )
+    rows = fake.rows
     assert rows[0]["is_causal"] is False and rows[0]["batch_size"] == 3 and rows[0]["dtype"] == "float16", rows
-    assert {(shape, dtype, causal) for _, shape, dtype, causal, _ in log} == {((3, 8, 16), torch.float16, False)}
+    assert {(shape, dtype, causal) for _, shape, dtype, causal, _ in fake.log} == {((3, 8, 16), torch.float16, False)}
 
 
 def test_any_number_of_implementations(adapters):
-    implementations, bench, _ = fake_setup()
-    implementations["third"] = implementations["pytorch"].__class__("third", bench.calls, [])
-    (row,) = adapters.run_flash_benchmark_sweep(
-        seq_lens=[8], head_dims=[16], dtypes=[torch.float32], device="cpu", implementations=implementations, bench=bench,
+    fake = fake_sweep(
+        adapters, names=(*NAMES, "third"), seq_lens=[8], head_dims=[16], dtypes=[torch.float32], device="cpu",
     )
-    assert all(row[f"{name}_{phase}_ms"] in bench.ran for name in ("triton", "pytorch", "third") for phase in PHASES), row
-    assert len(bench.ran) == 9
+    (row,) = fake.rows
+    assert all(row[f"{name}_{phase}_ms"] in fake.ran for name in ("triton", "pytorch", "third") for phase in PHASES), row
+    assert len(fake.ran) == 9
 
 
-def test_oom_while_drawing_inputs_marks_every_implementation(adapters, monkeypatch):
-    implementations, bench, _ = fake_setup()
-    real_randn = torch.randn
-
-    def randn(*args, **kwargs):
-        sizes = args[0] if args and isinstance(args[0], (tuple, list)) else args
-        if 64 in tuple(sizes):
-            raise torch.cuda.OutOfMemoryError("fake out of memory while drawing inputs")
-        return real_randn(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "randn", randn)
-    rows = adapters.run_flash_benchmark_sweep(
-        seq_lens=[8, 64, 8], head_dims=[16], dtypes=[torch.float32], device="cpu",
-        implementations=implementations, bench=bench,
-    )
+def test_oom_while_drawing_inputs_marks_every_implementation(adapters):
+    # torch.randn raises OutOfMemoryError, next to the submission, for any shape holding 64.
+    rows = fake_sweep(
+        adapters, oom_randn_size=64, seq_lens=[8, 64, 8], head_dims=[16], dtypes=[torch.float32], device="cpu",
+    ).rows
     assert [sorted(row["oom"]) for row in rows] == [[], ["pytorch", "triton"], []], [row["oom"] for row in rows]
-    assert all(rows[1][f"{name}_{phase}_ms"] is None for name in implementations for phase in PHASES), rows[1]
+    assert all(rows[1][f"{name}_{phase}_ms"] is None for name in NAMES for phase in PHASES), rows[1]
 
 
 @pytest.mark.gpu
