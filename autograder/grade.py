@@ -44,7 +44,7 @@ STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixture
 # Per executor (the process that runs the submission), set so that the reference passes with room
 # to spare: measured peaks are in autograder/README.md. The address-space limit applies only where
 # CUDA is absent (CUDA reserves far more address space than it uses).
-EXECUTOR_LIMITS = {"as_bytes": 24 << 30, "cpu_s": 3600, "fsize_bytes": 2 << 30, "nproc": 1024}
+EXECUTOR_LIMITS = {"as_bytes": 8 << 30, "cpu_s": 3600, "fsize_bytes": 2 << 30, "nproc": 1024}
 
 
 @dataclass

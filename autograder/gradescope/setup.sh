@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gradescope image setup (runs once, as root, when the autograder zip is uploaded).
 #
-# Installs a Python >= 3.11, creates the sandbox user the tests drop to, sets the kit up with
+# Installs a Python >= 3.11, sets the kit up with
 # its own setup.sh (which grades the bundled reference as a smoke test and fails the build
 # unless it earns every point gradable on this runner), then makes the hidden tests, the
 # fixtures and the reference readable by root only.
@@ -27,11 +27,10 @@ if command -v apt-get >/dev/null 2>&1 && ! "$python" -c 'import venv, ensurepip'
 fi
 
 # The unprivileged user that student code runs as (see README "Grading").
-id -u cs336-sandbox >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin cs336-sandbox
 
 chmod -R a+rX "$ROOT/source"
 cd "$KIT"
-PYTHON="$python" CS336_SETUP_GRADE_FLAGS="--expect-full --sandbox-user cs336-sandbox" bash setup.sh
+PYTHON="$python" CS336_SETUP_GRADE_FLAGS="--expect-full" bash setup.sh
 
 chmod -R a+rX .venv
 find autograder/hidden_tests -type d -exec chmod 711 {} +
