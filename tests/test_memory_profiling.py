@@ -1,74 +1,58 @@
 """Visible tests of §1.3 memory_profiling.
 
-Without CUDA only the refusal can be tested (``torch.cuda.is_available`` is forced to False, so
-this test runs on GPU machines too). The snapshot and the peak need a GPU.
+Without CUDA only the refusal can be tested (``torch.cuda.is_available`` is forced to False next
+to your code, so this test runs on GPU machines too). The snapshot and the peak need a GPU. Your
+code runs a known workload in its own process (tests/executor/probes/memory_profiling.py), which
+writes the snapshot into its own temporary folder and reads it there; the checks are here.
 """
 
 from __future__ import annotations
 
-import pickle
-
 import pytest
-import torch
+
+from tests.executor.probes import run_probe
+from tests.model_spies import outcome_value
 
 MiB = 1 << 20
 
 
-def test_without_cuda_says_cuda_is_required(adapters, monkeypatch, tmp_path):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    history_calls = []
-    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: history_calls.append(a))
-    fn_calls = []
-    snapshot = tmp_path / "snapshot.pickle"
+def test_without_cuda_says_cuda_is_required(adapters):
+    seen = run_probe(adapters, "memory_profiling.without_cuda")
     with pytest.raises(RuntimeError) as error:
-        adapters.run_memory_profile(lambda: fn_calls.append(1), snapshot_path=snapshot)
+        outcome_value(seen["outcome"])
     if isinstance(error.value, NotImplementedError):
         raise error.value
     assert "CUDA" in str(error.value), f"the error must say that CUDA is required; got {str(error.value)!r}"
-    assert not fn_calls and not history_calls and not snapshot.exists(), (
+    assert not seen["fn_calls"] and not seen["history_calls"] and not seen["snapshot_exists"], (
         "check torch.cuda.is_available() first: fn must not run, recording must not start and no "
-        f"snapshot may be written (fn calls {len(fn_calls)}, recording calls {len(history_calls)}, "
-        f"snapshot exists: {snapshot.exists()})"
+        f"snapshot may be written (fn calls {seen['fn_calls']}, recording calls {seen['history_calls']}, "
+        f"snapshot exists: {seen['snapshot_exists']})"
     )
 
 
-def alloc_events(snapshot) -> list[dict]:
-    return [event for trace in snapshot["device_traces"] for event in trace if event.get("action") == "alloc"]
-
-
 @pytest.mark.gpu
-def test_snapshot_records_the_allocations_and_peak(adapters, tmp_path):
+def test_snapshot_records_the_allocations_and_peak(adapters):
     size = 64 * MiB
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-
-    def fn():
-        block = torch.empty(size, dtype=torch.uint8, device="cuda")
-        block.fill_(1)
-        del block
-
-    snapshot_path = tmp_path / "nested" / "snapshot.pickle"
-    peak = adapters.run_memory_profile(fn, snapshot_path=snapshot_path)
+    seen = run_probe(adapters, "memory_profiling.profile", "fill", size)  # allocate size bytes, fill, free
+    before, peak = seen["before"], outcome_value(seen["outcome"])
     assert isinstance(peak, int), f"profile_memory must return peak bytes as an int; got {type(peak).__name__}"
     assert before + size <= peak <= before + size + 2 * MiB, (
         f"fn allocates {size} bytes on top of {before} already allocated; expected the peak in "
         f"[{before + size}, {before + size + 2 * MiB}], got {peak}"
     )
-    with open(snapshot_path, "rb") as file:
-        snapshot = pickle.load(file)
-    assert {"segments", "device_traces"} <= set(snapshot), f"not a memory snapshot: keys {sorted(snapshot)}"
-    sizes = [event["size"] for event in alloc_events(snapshot)]
+    snapshot = seen["snapshot"]
+    assert snapshot is not None, "profile_memory must write the snapshot to snapshot_path (creating its folder)"
+    assert {"segments", "device_traces"} <= set(snapshot["keys"]), f"not a memory snapshot: keys {snapshot['keys']}"
+    sizes = snapshot["alloc_sizes"]
     assert size in sizes, f"the snapshot's trace must hold fn's {size}-byte allocation; alloc sizes: {sizes[:20]}"
-    from torch.cuda._memory_viz import trace_plot
-
-    assert "<html" in trace_plot(snapshot).lower(), "memory_viz could not render the snapshot"
+    assert snapshot["renders"], "memory_viz could not render the snapshot"
 
 
 @pytest.mark.gpu
-def test_recording_stops_afterwards(adapters, tmp_path):
-    adapters.run_memory_profile(lambda: torch.ones(1024, device="cuda"), snapshot_path=tmp_path / "s.pickle")
+def test_recording_stops_afterwards(adapters):
     marker = 3 * MiB + 512
-    after = torch.empty(marker, dtype=torch.uint8, device="cuda")
-    sizes = [event["size"] for event in alloc_events(torch.cuda.memory._snapshot())]
-    del after
-    assert marker not in sizes, "recording must be stopped when profile_memory returns; a later allocation was recorded"
+    seen = run_probe(adapters, "memory_profiling.profile", "ones", 4096, marker_bytes=marker)
+    outcome_value(seen["outcome"])
+    assert not seen["marker_recorded"], (
+        "recording must be stopped when profile_memory returns; a later allocation was recorded"
+    )

@@ -3,70 +3,49 @@ a snapshot, max_entries bounds the trace, and earlier allocations do not count."
 
 from __future__ import annotations
 
-import pickle
-
 import pytest
-import torch
+
+from tests.executor.probes import run_probe
+from tests.model_spies import outcome_value
 
 MiB = 1 << 20
 
 
-def test_cuda_check_comes_before_argument_checks(adapters, monkeypatch, tmp_path):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+def test_cuda_check_comes_before_argument_checks(adapters):
+    seen = run_probe(adapters, "memory_profiling.without_cuda", max_entries=0, path_as_str=True)
     with pytest.raises(RuntimeError) as error:
-        adapters.run_memory_profile(lambda: None, snapshot_path=str(tmp_path / "s.pickle"), max_entries=0)
+        outcome_value(seen["outcome"])
     if isinstance(error.value, NotImplementedError):
         raise error.value
     assert "CUDA" in str(error.value), f"without CUDA the error must say CUDA is required; got {error.value!r}"
 
 
-def alloc_sizes(snapshot):
-    return [e["size"] for trace in snapshot["device_traces"] for e in trace if e.get("action") == "alloc"]
-
-
 @pytest.mark.gpu
-def test_failing_fn_still_writes_the_snapshot_and_stops_recording(adapters, tmp_path):
+def test_failing_fn_still_writes_the_snapshot_and_stops_recording(adapters):
     size = 5 * MiB + 512
-
-    def fn():
-        keep = torch.empty(size, dtype=torch.uint8, device="cuda")  # noqa: F841
-        raise ArithmeticError("fn failed")
-
-    path = tmp_path / "failed.pickle"
-    with pytest.raises(ArithmeticError, match="fn failed"):
-        adapters.run_memory_profile(fn, snapshot_path=path)
-    with open(path, "rb") as file:
-        assert size in alloc_sizes(pickle.load(file)), "the snapshot of a failed fn must hold what it allocated"
     marker = 7 * MiB + 1024
-    later = torch.empty(marker, dtype=torch.uint8, device="cuda")
-    recorded = alloc_sizes(torch.cuda.memory._snapshot())
-    del later
-    assert marker not in recorded, "recording must stop even when fn raises"
+    # fn allocates size bytes, then raises ArithmeticError("fn failed")
+    seen = run_probe(adapters, "memory_profiling.profile", "raise", size, marker_bytes=marker)
+    with pytest.raises(ArithmeticError, match="fn failed"):
+        outcome_value(seen["outcome"])
+    snapshot = seen["snapshot"]
+    assert snapshot is not None and size in snapshot["alloc_sizes"], "the snapshot of a failed fn must hold what it allocated"
+    assert not seen["marker_recorded"], "recording must stop even when fn raises"
 
 
 @pytest.mark.gpu
-def test_max_entries_bounds_the_trace(adapters, tmp_path):
-    def fn():
-        for i in range(20):
-            torch.empty((i + 1) * 4096, dtype=torch.uint8, device="cuda")
-
-    path = tmp_path / "short.pickle"
-    adapters.run_memory_profile(fn, snapshot_path=path, max_entries=5)
-    with open(path, "rb") as file:
-        snapshot = pickle.load(file)
-    lengths = [len(trace) for trace in snapshot["device_traces"]]
+def test_max_entries_bounds_the_trace(adapters):
+    seen = run_probe(adapters, "memory_profiling.profile", "many", 4096, max_entries=5)  # 20 allocations
+    outcome_value(seen["outcome"])
+    lengths = seen["snapshot"]["trace_lengths"] if seen["snapshot"] else []
     assert lengths and max(lengths) <= 5, f"max_entries=5 keeps at most 5 events per device; got {lengths}"
 
 
 @pytest.mark.gpu
-def test_peak_is_reset_before_fn(adapters, tmp_path):
-    big = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
-    del big  # the process's peak is now at least 256 MiB above what is allocated
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    peak = adapters.run_memory_profile(
-        lambda: torch.ones(MiB, dtype=torch.uint8, device="cuda"), snapshot_path=tmp_path / "small.pickle"
-    )
+def test_peak_is_reset_before_fn(adapters):
+    # 256 MiB is allocated and freed first: the process's peak is then far above what is allocated.
+    seen = run_probe(adapters, "memory_profiling.profile", "ones", MiB, warm_peak_bytes=256 * MiB)
+    before, peak = seen["before"], outcome_value(seen["outcome"])
     assert before + MiB <= peak < before + 16 * MiB, (
         f"the peak must be reset before fn: fn allocates 1 MiB on top of {before} bytes, but the peak was {peak}"
     )
