@@ -50,6 +50,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is present")
     config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
     config.executor = None
+    if os.environ.get("TRITON_INTERPRET") == "1" and not config.getoption("--isolate"):
+        from tests.executor.interpreter import single_autotune_config
+
+        single_autotune_config()  # the submission is imported in this process
     if config.getoption("--isolate"):
         from tests.executor.client import Executor, ExecutorSettings
 

@@ -43,7 +43,8 @@ RUNTIME_PACKAGE = "cs336_executor"
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
               f"from {RUNTIME_PACKAGE}.server import main; main(sys.argv[2:])")
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
-               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN")
+               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
+               "CS336_INTERPRET_AUTOTUNE_CONFIG")
 _PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_")
 _LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
 _START_TIMEOUT_S = 120.0
