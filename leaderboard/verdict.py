@@ -353,4 +353,7 @@ def judge(observed: Observed, run: Run, matmul) -> Judgement:
         timing_verdicts(run, judgement, matmul)
     elif not judgement.refusals:  # cannot happen: finished means done or refused
         judgement.refusals.append({"code": "protocol", "message": "the worker ended without every step"})
+    # The worker's own refusal often repeats the parent's (both judged the same profile): once each.
+    unique = {(r["code"], r["message"]): r for r in judgement.refusals}
+    judgement.refusals = list(unique.values())
     return judgement
