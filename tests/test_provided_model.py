@@ -1,7 +1,8 @@
 """Tests of the provided Transformer LM (cs336_systems/model.py, model_sizes.py): no points.
 
 They pass before you write anything, and keep passing unless the provided files are changed:
-the logits' shape, causality, RoPE, the attention swap used by §1.2, and the size table.
+the logits' shape, causality, RoPE, the attention swap used by §1.2, and the size table. What
+needs the model's parameters or submodules runs next to it (tests/executor/probes/provided_model.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from tests.assertions import assert_close
+from tests.executor.probes import run_probe
 from tests.model_spies import TINY_MODEL
 
 SIZES = {  # the assignment's table: d_model, d_ff, num_layers, num_heads
@@ -91,15 +93,14 @@ def test_attention_fn_gets_heads_and_a_causal_mask(adapters):
 
 
 def test_use_attention_swaps_and_restores(adapters):
-    model = tiny_model(adapters)
-    tokens = torch.randint(0, VOCAB, (2, 6))
-    recorder = RecordingAttention(adapters.get_scaled_dot_product_attention())
-    with torch.no_grad():
-        expected = model(tokens)
-        with adapters.get_use_attention()(recorder):
-            swapped = model(tokens)
-        model(tokens)
-    assert len(recorder.calls) == 2, f"inside use_attention the 2 layers use the new attention; got {len(recorder.calls)} calls"
+    # The model runs before, inside and after use_attention(recorder), the recorder counting its calls.
+    seen = run_probe(adapters, "provided_model.use_attention", TWO_LAYERS, torch.randint(0, VOCAB, (2, 6)), 0)
+    swapped, expected = seen["swapped"], seen["expected"]
+    assert seen["recorder_calls"] == 2, (
+        f"inside use_attention the 2 layers use the new attention (and after it, the old one); "
+        f"got {seen['recorder_calls']} calls"
+    )
+    assert_close(seen["after"], expected, atol=0, rtol=0, what="logits after use_attention", context="attention restored")
     assert_close(swapped, expected, atol=0, rtol=0, what="logits", context="use_attention with an equal attention")
 
 
@@ -112,26 +113,18 @@ def test_inputs_longer_than_the_context_length_are_refused(adapters):
 @pytest.mark.parametrize("name", list(SIZES))
 def test_size_table(adapters, name):
     d_model, d_ff, num_layers, num_heads = SIZES[name]
-    model = adapters.get_transformer_lm(name, device="meta")  # no memory, no time
+    seen = run_probe(adapters, "provided_model.size", name)  # built on the meta device: no memory, no time
     per_layer = 4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model
     expected = 2 * VOCAB * d_model + num_layers * per_layer + d_model
-    count = sum(p.numel() for p in model.parameters())
+    count = seen["parameters"]
     assert count == expected, (
         f"{name}: expected {expected:,} parameters (d_model={d_model}, d_ff={d_ff}, {num_layers} layers, "
         f"vocab {VOCAB}, untied embeddings); got {count:,}"
     )
-    assert model.layers[0].attn.num_heads == num_heads
+    assert seen["num_heads"] == num_heads, f"{name}: expected {num_heads} heads; got {seen['num_heads']}"
 
 
 def test_a_few_adamw_steps_lower_the_loss(adapters):
-    model = tiny_model(adapters)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
-    losses = []
-    for _ in range(10):
-        loss = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = run_probe(adapters, "provided_model.adamw_losses", TWO_LAYERS, tokens, 0, 10, 1e-2)
     assert losses[-1] < losses[0] - 1.0, f"training on one batch must lower the loss; losses {losses}"
