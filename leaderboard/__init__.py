@@ -10,10 +10,14 @@ Module map (one concept per file):
 * ``harness``     the official timing (``torch.compile(Fn.apply)`` + ``triton.testing.do_bench``)
 * ``gate``        the float32 reference and the correctness comparison
 * ``trusted``     timers captured before the submission is imported, and the patch check
-* ``kernels``     profiler-based checks: library attention kernels, Triton share of the forward
+* ``kernels``     profiler-based checks: library attention, the submission's own Triton kernels
 * ``detectors``   the remaining cheat checks, each a small function that raises ``Refusal``
 * ``worker``      runs one submission in its own process: every check, then the timing
-* ``runner``      the trusted parent: hashes the submission, runs the worker, stores a record
+* ``confine``     the worker's first act: drop to the sandbox uid, no new privileges
+* ``sandbox``     the parent's side of isolation: uid leases, the sandbox directory, the environment
+* ``protocol``    the pipe from the worker to the parent: framed JSON and raw tensor bytes
+* ``verdict``     the parent's judgement of what the worker reports, from evidence it checks
+* ``runner``      the trusted parent: snapshots the submission, runs the worker, stores a record
 * ``store``       the results store (JSON lines)
 * ``table``       the ranking as Markdown and as a PNG bar chart
 * ``selftest``    the acceptance run: the reference, the honest slow fixture, every cheat

@@ -7,8 +7,9 @@ what a watched set of names points to. After the import, after the correctness c
 the timing, ``check_untampered`` refuses if any of those names now points elsewhere (a wrapped
 ``time.perf_counter``, a ``torch.cuda.Event.elapsed_time`` that halves, a replaced
 ``triton.testing.do_bench``, a new ``torch.Tensor.backward``) or if a global torch function or
-dispatch mode was left active. This stops monkeypatching; it is not a sandbox against code that
-patches the interpreter or the CUDA driver itself, which the wall-clock and floor checks bound.
+dispatch mode was left active. This stops monkeypatching inside the worker; code that patches the
+interpreter or the CUDA driver itself is bounded by the parent's checks (``verdict``: the
+timing brackets, the floor it measures itself, correctness on its own inputs).
 """
 
 from __future__ import annotations
