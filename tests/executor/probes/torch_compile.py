@@ -65,7 +65,14 @@ def compiled_attention(load_adapters: Callable[[], Any]) -> dict:
     Returns {"compiled": what it returned, "calls": torch.compile calls, "returned_it": it is what
     torch.compile returned, "compiled_sdpa": torch.compile's first argument is the model's
     scaled_dot_product_attention, "compiled_what": its name}.
+
+    The tests ask for the compiled function's gradients across the process boundary, which
+    keeps the graph (``retain_graph=True``); compiled backwards that donate buffers refuse that.
+    Donating is a memory saving only, so it is turned off in this process before compiling.
     """
+    import torch._functorch.config
+
+    torch._functorch.config.donated_buffer = False
     adapters = load_adapters()
     with watch_torch_compile() as spy:
         compiled = adapters.get_compiled_attention()
