@@ -91,6 +91,18 @@ def collect_tests(manifest: Manifest, runs: list[SuiteRun], problems: list[Probl
     return tests
 
 
+def rejected_tests(problems: list[Problem], message: str) -> list[GradedTest]:
+    """One failing entry per problem with points, each worth all of them, for a submission that
+    was refused before any test ran (a corrupt zip, or one over the limits); ``message`` says why."""
+    tests = []
+    for problem in problems:
+        if problem.points > 0:
+            nodeid = f"test_{problem.name}.py::<submission>"
+            tests.append(GradedTest(problem, "visible", nodeid, Verdict(nodeid, "failed", message),
+                                    max_score=problem.points))
+    return tests
+
+
 def _rounded(value: float) -> float:
     return math.floor(value * 10_000 + 0.5) / 10_000
 
