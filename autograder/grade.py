@@ -33,7 +33,15 @@ from pathlib import Path
 from autograder import uid_pool
 from autograder.manifest import Manifest, load_manifest
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
-from autograder.results import collect_tests, format_table, rejected_tests, results_json, write_results
+from autograder.results import (
+    collect_tests,
+    format_table,
+    hidden_text,
+    rejected_tests,
+    results_json,
+    shown_nodeid,
+    write_results,
+)
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
 from autograder.sandbox import SandboxReport, SubmissionNotFound, SubmissionRejected, build_sandbox
 from autograder.schedule import DurationsError, load_durations, plan_chains
@@ -108,8 +116,8 @@ class _Printer:
                 self._flush(other_suite, other_file)
             self.files.setdefault((suite, file), []).append(mark)
             if self.verbose and not self.quiet:
-                print(f"  [{suite.split('#')[0]}] {outcome.status:<10} {outcome.nodeid} ({outcome.duration:.1f} s)",
-                      flush=True)
+                shown = shown_nodeid(outcome.nodeid, suite, hidden_text())
+                print(f"  [{suite.split('#')[0]}] {outcome.status:<10} {shown} ({outcome.duration:.1f} s)", flush=True)
 
     def _flush(self, suite: str, file: str) -> None:
         marks = self.files.pop((suite, file))
@@ -402,9 +410,11 @@ def grade(options: GradeOptions) -> GradeReport:
         lines.append(f"The test process was restarted {restarts} time(s) after a crash, hang or tampering; "
                      "see the failed tests' messages.")
     lines += notes
-    slowest = sorted((o for run in merged for o in run.outcomes.values()), key=lambda o: -o.duration)[:5]
-    if slowest and slowest[0].duration >= 1.0:
-        lines.append("Slowest tests: " + "; ".join(f"{o.nodeid.rsplit('/', 1)[-1]} {o.duration:.1f} s" for o in slowest))
+    slowest = sorted(((o, run.name) for run in merged for o in run.outcomes.values()),
+                     key=lambda pair: -pair[0].duration)[:5]
+    if slowest and slowest[0][0].duration >= 1.0:
+        shown = [(shown_nodeid(o.nodeid, suite, hidden_text()).rsplit("/", 1)[-1], o.duration) for o, suite in slowest]
+        lines.append("Slowest tests: " + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in shown))
     output = "\n".join(lines)
     results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard)
     path = None

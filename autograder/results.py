@@ -4,12 +4,30 @@ Read by staff changing how points are shared or shown. A problem's points (from 
 are shared among all its tests, visible and hidden, by weight; only a passed test earns its
 share. A test that needs a GPU on a runner without one keeps its share in ``max_score`` and
 scores 0, with a message saying so, so a CPU grade is never mistaken for a full one.
+
+What a student sees of a hidden test (autograder/hidden_tests/) is its name and its one
+failure message, redacted (``redact_hidden``): no traceback or source text (the ``text`` field
+is dropped), every ``seed=<digits>`` shown as ``seed=<hidden>``, and no secret, seed, case
+label, docstring or source line of the hidden tests, as gathered from their files by
+``hidden_text``. The message keeps what the assertion helpers (tests/assertions.py) say about
+the error: what was compared, its shape, dtype and strides, the tolerance, the largest errors
+and how many elements failed. A parametrize id is shown only when it is a plain shape/dtype
+style word (``2x17x100-d32-float16-causal-sliced``, ``triton``). The secret values and the
+hidden seeds are also taken out of every visible test's output and the grade's output.
+Redaction is the second line of defence: hidden tests run in the harness, and the executor
+that runs student code never sees their text or the secret (see autograder/README.md).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import hashlib
+import itertools
 import json
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +35,16 @@ from autograder.manifest import Manifest, Problem
 from autograder.runner import SuiteRun, Verdict
 
 _VISIBLE_OUTPUT_CHARS = 4000
+HIDDEN_TESTS = Path(__file__).resolve().parent / "hidden_tests"
+SEED_ENV = "CS336_HIDDEN_SEED"  # read by autograder/hidden_tests/flash_hidden_checks.py
+HIDDEN = "<hidden>"
+_MIN_SECRET_CHARS = 6  # a shorter secret would be redacted out of ordinary numbers and words
+_MIN_DOC_LINE_CHARS = 16  # docstring lines at least this long are never shown
+_MIN_SOURCE_LINE_CHARS = 24  # nor are source lines at least this long
+_SEED_VALUE = re.compile(r"(seed\W{0,3})(\d+)", re.IGNORECASE)  # seed=12, seed: 12, "seed": 12, manual_seed(12)
+_TRACEBACK = re.compile(r'^\s*(File ".*", line \d+|Traceback \(most recent call last\)|\S+\.py:\d+(:|$)|>)')
+_ESSENTIAL = ("shape", "dtype", "max abs error", "outside tolerance")  # kept when a message is cut
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.=+-]{1,80}")
 
 
 @dataclass
@@ -103,44 +131,204 @@ def rejected_tests(problems: list[Problem], message: str) -> list[GradedTest]:
     return tests
 
 
+@dataclass(frozen=True)
+class HiddenText:
+    """What no output may show of the hidden tests (see ``hidden_text``)."""
+
+    secrets: tuple[str, ...] = ()  # secret values: $CS336_HIDDEN_SEED and the default in the source
+    seeds: frozenset[int] = frozenset()  # what hidden_seed(label) gives each label found, and +1, +2
+    labels: tuple[re.Pattern, ...] = ()  # the case labels passed to hidden_seed / hidden_case
+    fragments: tuple[str, ...] = ()  # docstring and source lines, whitespace-collapsed, lower case
+
+
+def _hidden_seed(secret: str, label: str) -> int:
+    """autograder/hidden_tests/flash_hidden_checks.py's hidden_seed, for a given secret."""
+    digest = hashlib.sha256(f"{secret}/{label}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def _call_name(node: ast.Call) -> str:
+    return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+
+
+def _label_forms(node: ast.expr, words: list[str]) -> tuple[re.Pattern | None, list[str]]:
+    """A label argument as a pattern and its possible values (an f-string's fields are filled
+    with ``words``, the short constants of its module)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        pieces = [[node.value]]
+    elif isinstance(node, ast.JoinedStr):
+        pieces = [[part.value] if isinstance(part, ast.Constant) else words for part in node.values]
+    else:
+        return None, []
+    pattern = "".join(re.escape(piece[0]) if piece is not words else r"[\w.+-]*" for piece in pieces)
+    values = ["".join(combo) for combo in itertools.islice(itertools.product(*pieces), 10_000)]
+    return re.compile(rf"(?<![\w-]){pattern}(?![\w-])"), values
+
+
+def hidden_text(folder: Path = HIDDEN_TESTS, secret: str | None = None) -> HiddenText:
+    """Gather from the hidden tests' files (``*.py`` in ``folder``) what must never be shown.
+
+    ``secret`` is the seed secret in use (default: ``$CS336_HIDDEN_SEED``, else the default that
+    the source assigns to a ``*SECRET*`` name). Files that cannot be read or parsed add nothing.
+    Read once per folder and secret.
+    """
+    return _hidden_text(Path(folder), secret if secret is not None else os.environ.get(SEED_ENV, ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _hidden_text(folder: Path, secret: str) -> HiddenText:
+    defaults, label_nodes, fragments = [], [], set()
+    for path in sorted(Path(folder).glob("*.py")):
+        try:
+            source = path.read_text()
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for line in source.splitlines():
+            line = " ".join(line.split())
+            if len(line) >= _MIN_SOURCE_LINE_CHARS:
+                fragments.add(line.lower())
+        words = sorted({str(constant.value) for node in ast.walk(tree) if isinstance(node, (ast.Tuple, ast.List))
+                        for constant in node.elts if isinstance(constant, ast.Constant)
+                        and isinstance(constant.value, (str, bool, int)) and len(str(constant.value)) <= 24})
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                for line in (ast.get_docstring(node) or "").splitlines():
+                    if len(line.strip()) >= _MIN_DOC_LINE_CHARS:
+                        fragments.add(" ".join(line.split()).lower())
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                names = [target.id for target in node.targets if isinstance(target, ast.Name)]
+                if any("SECRET" in name.upper() for name in names) and isinstance(node.value.value, str):
+                    defaults.append(node.value.value)
+            elif isinstance(node, ast.Call) and _call_name(node) in ("hidden_seed", "hidden_case") and node.args:
+                label_nodes.append(_label_forms(node.args[0], words))
+    in_use = secret or (defaults[0] if defaults else "")
+    secrets = {value for value in (secret, *defaults) if value and len(value) >= _MIN_SECRET_CHARS}
+    labels, seeds = [], set()
+    for pattern, values in label_nodes:
+        if pattern is not None:
+            labels.append(pattern)
+        for value in values if in_use else ():
+            seed = _hidden_seed(in_use, value)
+            seeds.update((seed, seed + 1, seed + 2))
+    return HiddenText(tuple(sorted(secrets, key=len, reverse=True)), frozenset(seeds),
+                      tuple({pattern.pattern: pattern for pattern in labels}.values()),
+                      tuple(sorted(fragments, key=len, reverse=True)))
+
+
+def redact_secrets(text: str, hidden: HiddenText) -> str:
+    """``text`` with every secret value and every hidden seed replaced by ``<hidden>``."""
+    for secret in hidden.secrets:
+        text = text.replace(secret, HIDDEN)
+    if hidden.seeds:
+        text = re.sub(r"(?<!\d)\d{4,10}(?!\d)",
+                      lambda match: HIDDEN if int(match.group()) in hidden.seeds else match.group(), text)
+    return text
+
+
+def redact_hidden(message: str, hidden: HiddenText) -> str:
+    """A hidden test's failure message as a student may see it (see the module docstring).
+
+    Traceback lines go; then the secrets and seeds, any docstring or source line of the hidden
+    tests (matched ignoring case and spacing), the case labels and the digits after ``seed``
+    are replaced by ``<hidden>``. Everything else is kept, so the assertion helpers' account of
+    the error (shape, dtype, tolerance, largest errors, count of bad elements) survives.
+    """
+    lines, after_file = [], False
+    for line in message.splitlines():
+        is_file = bool(re.match(r'^\s*File ".*", line \d+', line))
+        if _TRACEBACK.match(line) or (after_file and line.startswith("    ")):
+            after_file = is_file
+            continue
+        after_file = False
+        lines.append(line)
+    text = redact_secrets("\n".join(lines), hidden)
+    for fragment in hidden.fragments:
+        if fragment in " ".join(text.split()).lower():
+            pattern = r"\s+".join(re.escape(word) for word in fragment.split())
+            text = re.sub(pattern, HIDDEN, text, flags=re.IGNORECASE)
+    for label in hidden.labels:
+        text = label.sub(HIDDEN, text)
+    return _SEED_VALUE.sub(lambda match: match.group(1) + HIDDEN, text)
+
+
+def shown_key(test: GradedTest, hidden: HiddenText) -> str:
+    """The test's ``file::name[id]`` as shown: a hidden test's parametrize id only when it is a
+    plain word that gives nothing hidden away, else ``[<hidden>]``."""
+    return shown_nodeid(test.key, "hidden" if test.suite == "hidden" else test.suite, hidden)
+
+
+def shown_nodeid(nodeid: str, suite: str, hidden: HiddenText) -> str:
+    """``nodeid`` as it may be printed for a test of ``suite`` (see ``shown_key``)."""
+    if not suite.startswith("hidden") or not nodeid.endswith("]") or "[" not in nodeid:
+        return nodeid
+    base, _, param = nodeid[:-1].partition("[")
+    plain = _PLAIN_ID.fullmatch(param) and redact_hidden(param, hidden) == param
+    return nodeid if plain else f"{base}[{HIDDEN}]"
+
+
 def _rounded(value: float) -> float:
     return math.floor(value * 10_000 + 0.5) / 10_000
 
 
-def entry_output(test: GradedTest, hidden_chars: int) -> str:
+def _cut(message: str, limit: int) -> str:
+    """``message`` in at most ``limit`` characters, keeping what says how large the error is.
+
+    A first line (an assertion's context) longer than half the limit is shortened, then lines
+    after it are dropped from the end, except those naming the shape, dtype, largest error or
+    count of bad elements (``_ESSENTIAL``); whatever is still too long is cut at the end.
+    """
+    if len(message) <= limit:
+        return message
+    first, *rest = message.split("\n")
+    lines = [first if len(first) <= limit // 2 else first[: limit // 2 - 3] + "...", *rest]
+    while len("\n".join(lines)) > limit:
+        spare = [index for index in range(len(lines) - 1, 0, -1)
+                 if not any(word in lines[index] for word in _ESSENTIAL)]
+        if not spare:
+            break
+        del lines[spare[0]]
+    message = "\n".join(lines)
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def entry_output(test: GradedTest, hidden_chars: int, hidden: HiddenText | None = None) -> str:
+    """What results.json shows of one test: its message (redacted and cut short for a hidden
+    test, whose traceback text is never shown), or its message and traceback text."""
+    hidden = hidden if hidden is not None else hidden_text()
     outcome = test.outcome
     if outcome.status == "passed":
         return "passed"
     if test.suite == "hidden":
-        message = outcome.message or "failed"
-        return message if len(message) <= hidden_chars else message[: hidden_chars - 3] + "..."
+        return _cut(redact_hidden(outcome.message or "failed", hidden), hidden_chars)
     message = outcome.message or "failed"
     if len(message) > _VISIBLE_OUTPUT_CHARS:
         message = message[: _VISIBLE_OUTPUT_CHARS - 3] + "..."
     detail = outcome.text.strip()
     if not detail or detail in message:
-        return message
+        return redact_secrets(message, hidden)
     room = max(500, _VISIBLE_OUTPUT_CHARS - len(message))
-    return f"{message}\n\n{detail if len(detail) <= room else '...' + detail[-room:]}"
+    return redact_secrets(f"{message}\n\n{detail if len(detail) <= room else '...' + detail[-room:]}", hidden)
 
 
 def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time: float, output: str,
                  leaderboard: list | None = None) -> dict:
     """The Gradescope results dict: score, execution_time, output, tests[] (and leaderboard)."""
+    hidden = hidden_text()
     entries = []
     for test in tests:
         entries.append({
-            "name": f"{test.problem.section} {test.problem.name} [{test.suite}] {test.key}",
+            "name": f"{test.problem.section} {test.problem.name} [{test.suite}] {shown_key(test, hidden)}",
             "score": _rounded(test.score),
             "max_score": _rounded(test.max_score),
             "status": "passed" if test.outcome.status == "passed" else "failed",
-            "output": entry_output(test, manifest.settings.hidden_output_chars),
+            "output": entry_output(test, manifest.settings.hidden_output_chars, hidden),
             "visibility": manifest.settings.hidden_visibility if test.suite == "hidden" else "visible",
         })
     result = {
         "score": _rounded(sum(test.score for test in tests)),
         "execution_time": int(round(execution_time)),
-        "output": output,
+        "output": redact_secrets(output, hidden),
         "tests": entries,
     }
     if leaderboard:
