@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -212,3 +213,21 @@ def test_a_refused_zip_still_gets_a_valid_results_json(tmp_path, capsys, builder
     assert "grader failed" not in json.dumps(results)
     total = sum(test["max_score"] for test in results["tests"])
     assert total == pytest.approx(40.0), "every point stays in max_score"
+
+
+def test_a_solution_that_reads_a_json_config_at_import_is_graded(tmp_path):
+    from autograder.grade import GradeOptions, grade
+
+    submission = tmp_path / "submission"
+    shutil.copytree(REFERENCE, submission, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    module = submission / "cs336_systems" / "nsys_profile.py"
+    module.write_text(module.read_text() + '\nimport json as _json, pathlib as _pathlib\n'
+                      '_TILES = _json.loads(_pathlib.Path(__file__).with_name("tiles.json").read_text())\n'
+                      'assert _TILES == {"BLOCK_Q": 64, "BLOCK_K": 64}, _TILES\n')
+    entries = zips.submission_entries(submission)
+    entries.append(zips.deflated("cs336_systems/tiles.json", zips.DATA_FILES["cs336_systems/tiles.json"]))
+    archive = zips.write_zip(tmp_path / "submission.zip", entries)
+    report = grade(GradeOptions(submission=archive, out=tmp_path / "out", quiet=True, jobs=1,
+                                tests=["tests/test_nsys_profile.py::test_annotated_attention_pushes_the_three_ranges_in_order"]))
+    assert [test["status"] for test in report.results["tests"]] == ["passed"], report.results["tests"][0]["output"]
+    assert "tiles.json" in report.results["output"], "the data file is listed in the grade's output"
