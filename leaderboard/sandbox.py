@@ -198,6 +198,10 @@ def _writable_by(path: Path, identity: Identity) -> bool:
     return writable and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)
 
 
+# Files no import can pick up, whose being writable plants nothing (a venv's `.lock`, say).
+HARMLESS_SUFFIXES = (".lock",)
+
+
 def writable_paths(roots: list[Path], identity: Identity, limit: int = 5, skip: tuple[str, ...] = ()) -> list[str]:
     """Up to ``limit`` files or directories under ``roots`` (and the roots' own directories up
     to /) that the uid could write."""
@@ -210,7 +214,7 @@ def writable_paths(roots: list[Path], identity: Identity, limit: int = 5, skip: 
             continue
         for directory, dirs, files in os.walk(root):
             dirs[:] = [d for d in dirs if d not in skip]
-            for name in dirs + files:
+            for name in dirs + [f for f in files if not f.endswith(HARMLESS_SUFFIXES)]:
                 path = Path(directory) / name
                 try:
                     if _writable_by(path, identity):
