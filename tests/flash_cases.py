@@ -2,24 +2,28 @@
 
 Read by the visible tests (tests/test_flash_*.py) and the hidden tests. A ``FlashCase`` is a
 frozen description (batch, n_queries, n_keys, d, dtype, is_causal, memory layout, seed); from
-it come the inputs, a one-line repro that every failure message carries, and the truth. To
-rerun a failing case yourself, in a Python shell at the repo root:
+it come the inputs, a rerun command that every failure message carries, and the truth. To
+rerun a failing case yourself, paste the command its message prints at the repo root, e.g.
 
-    import torch
-    from tests.flash_cases import FlashCase
-    case = FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True,
-                     layout="sliced", seed=3)
-    Q, K, V = case.make_inputs()
-    O = FlashAttentionTriton.apply(Q, K, V, True)
+    TRITON_INTERPRET=1 python -m tests.flash_repro triton forward "FlashCase(batch=2, n_queries=17, \
+        n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3, device='cpu')"
+
+(``TRITON_INTERPRET=1`` runs Triton kernels on a CPU; a case with ``device='cuda'`` prints no
+prefix), which runs the same check and prints the same message (tests/flash_repro.py). In a
+Python shell: ``Q, K, V = FlashCase(...).make_inputs()``, then call your Function.
 
 Checks live here so that every test reports the same way: ``check_forward`` (O, the saved
 logsumexp L) and ``check_backward`` (dQ, dK, dV), each compared with tests/flash_reference.py
-under the tolerances of tests/flash_tolerances.py.
+under the tolerances of tests/flash_tolerances.py for that Function ("pytorch" or "triton").
+Whatever goes wrong inside the call (the submission's process crashed or timed out, or a
+Triton Function refused CPU tensors) is reported with the case's rerun command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +31,7 @@ from hypothesis import strategies as st
 
 from tests.assertions import assert_close, assert_meta
 from tests.flash_reference import AttentionResult, attention_chunked, attention_float64
-from tests.flash_tolerances import tolerance
+from tests.flash_tolerances import IMPLEMENTATIONS, tolerance
 
 LAYOUTS = ("contiguous", "transposed", "sliced", "mixed")
 HEAD_DIMS = (16, 32, 64, 128)
@@ -66,7 +70,8 @@ class FlashCase:
 
     ``layout`` is one of LAYOUTS and applies to Q, K, V and dO ("mixed": Q sliced, K transposed,
     V contiguous, dO transposed). ``q_scale`` multiplies Q: small values flatten the softmax,
-    large values sharpen it.
+    large values sharpen it. ``v_scale`` multiplies V: 1e5 puts V, O and the running
+    accumulator past the float16 range (65504), which only a float32 accumulator survives.
     """
 
     batch: int
@@ -79,29 +84,45 @@ class FlashCase:
     seed: int = 0
     device: str = "cpu"
     q_scale: float = 1.0
+    v_scale: float = 1.0
 
     def replace(self, **changes) -> FlashCase:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
+    def _scales(self) -> str:
+        return ("" if self.q_scale == 1.0 else f", q_scale={self.q_scale:g}") + (
+            "" if self.v_scale == 1.0 else f", v_scale={self.v_scale:g}")
+
     def __str__(self) -> str:
-        extra = "" if self.q_scale == 1.0 else f", q_scale={self.q_scale}"
+        extra = self._scales()
         return (
             f"batch={self.batch}, n_queries={self.n_queries}, n_keys={self.n_keys}, d={self.d}, "
             f"dtype={_dtype_name(self.dtype)}, is_causal={self.is_causal}, layout={self.layout}, "
             f"seed={self.seed}, device={self.device}{extra}"
         )
 
-    def repro(self, function_name: str) -> str:
-        """One line a student can rerun: the call and the case that builds its inputs."""
+    def expression(self) -> str:
+        """``FlashCase(...)``: Python that rebuilds this case."""
         return (
-            f"{function_name}.apply(Q, K, V, {self.is_causal}) with Q, K, V = "
             f"FlashCase(batch={self.batch}, n_queries={self.n_queries}, n_keys={self.n_keys}, "
             f"d={self.d}, dtype=torch.{_dtype_name(self.dtype)}, is_causal={self.is_causal}, "
-            f"layout={self.layout!r}, seed={self.seed}, device={self.device!r}"
-            + ("" if self.q_scale == 1.0 else f", q_scale={self.q_scale}")
-            + ").make_inputs()  (tests/flash_cases.py)"
+            f"layout={self.layout!r}, seed={self.seed}, device={self.device!r}{self._scales()})"
         )
+
+    def command(self, implementation: str, check: str = "forward") -> str:
+        """The shell command that reruns this case's ``check`` ("forward" or "backward") of the
+        ``implementation`` ("pytorch" or "triton") Function and prints the same message."""
+        prefix = "TRITON_INTERPRET=1 " if self.device == "cpu" else ""
+        return f'{prefix}python -m tests.flash_repro {implementation} {check} "{self.expression()}"'
+
+    def repro(self, function_name: str, implementation: str | None = None, check: str = "forward") -> str:
+        """What a failure says about the case: the call, the inputs, and (given the
+        implementation) the command that reruns it (see ``command``)."""
+        text = f"{function_name}.apply(Q, K, V, {self.is_causal}) with Q, K, V = {self.expression()}.make_inputs()"
+        if implementation is not None:
+            text += f"; rerun: {self.command(implementation, check)}"
+        return text
 
     def _layouts(self) -> tuple[str, str, str, str]:
         if self.layout == "mixed":
@@ -118,7 +139,7 @@ class FlashCase:
         generator = torch.Generator().manual_seed(self.seed)
         q = torch.randn(self.batch, self.n_queries, self.d, generator=generator) * self.q_scale
         k = torch.randn(self.batch, self.n_keys, self.d, generator=generator)
-        v = torch.randn(self.batch, self.n_keys, self.d, generator=generator)
+        v = torch.randn(self.batch, self.n_keys, self.d, generator=generator) * self.v_scale
         tensors = []
         for values, layout in zip((q, k, v), self._layouts()[:3]):
             values = values.to(device=self.device, dtype=self.dtype)
@@ -169,9 +190,12 @@ def saved_tensors(O: torch.Tensor, context: str) -> tuple[torch.Tensor, ...]:
             f"the output O has no grad_fn [{context}]: the inputs required grad, so O must come from "
             "your autograd.Function's apply (do not detach it or build it with torch.no_grad)"
         )
+    from tests.executor.client import saved_tensors as executor_saved_tensors
+
     try:
-        return tuple(O.grad_fn.saved_tensors)
-    except RuntimeError as error:  # freed by an earlier backward
+        remote = executor_saved_tensors(O)  # O came from the executor (pytest --isolate)
+        return remote if remote is not None else tuple(O.grad_fn.saved_tensors)
+    except (RuntimeError, AttributeError) as error:  # freed by an earlier backward, or not a Function's node
         raise AssertionError(f"could not read the saved tensors of O's grad_fn [{context}]: {error}") from error
 
 
@@ -189,37 +213,102 @@ def saved_logsumexp(O: torch.Tensor, batch: int, n_queries: int, context: str) -
     return candidates[0]
 
 
-def check_forward(function: type[torch.autograd.Function], case: FlashCase) -> tuple[torch.Tensor, torch.Tensor]:
+_DEVICE_WORDS = re.compile(r"cuda|gpu|device", re.IGNORECASE)
+
+
+def explain_device_refusal(error: BaseException, device: str, call: str, *, triton: bool) -> None:
+    """Raise an AssertionError that explains ``error`` when it looks like a Triton Function
+    refusing CPU tensors (a message about CUDA/device/GPU on a CPU runner); else do nothing."""
+    if not triton or device != "cpu" or isinstance(error, AssertionError):
+        return
+    text = f"{type(error).__name__}: {error}"
+    if not _DEVICE_WORDS.search(text):
+        return
+    raise AssertionError(
+        f"{call} refused CPU tensors: {text.splitlines()[0][:300]}\n"
+        "This runner has no GPU, so the tests run your Triton kernels under Triton's interpreter "
+        "(TRITON_INTERPRET=1), and the Triton Function receives CPU tensors. It must accept them "
+        "(handout §2.4): call check_flash_attention_inputs(Q, K, V, is_causal, needs_triton=True) from "
+        "cs336_systems/flash_attention_inputs.py, which allows CPU tensors under the interpreter, "
+        "instead of asserting Q.is_cuda or device == 'cuda'; allocate O, L and gradients on Q.device "
+        "(torch.empty_like(Q), device=Q.device), never on 'cuda'."
+    ) from error
+
+
+@contextlib.contextmanager
+def reporting(case: FlashCase, implementation: str, check: str, call: str):
+    """Around a call of the submission: a crash or timeout of its process (ExecutorFailure)
+    is re-raised naming the case and its rerun command; a Triton Function's refusal of CPU
+    tensors is explained (``explain_device_refusal``); any other error gets the rerun command
+    as a note."""
+    from tests.executor.client import ExecutorFailure
+
+    rerun = case.command(implementation, check)
+    try:
+        yield
+    except ExecutorFailure as error:
+        raise ExecutorFailure(f"{error}\n  while running {call} on {case}\n  rerun: {rerun}") from None
+    except AssertionError:
+        raise
+    except Exception as error:  # noqa: BLE001  the submission's own error: say where it happened
+        explain_device_refusal(error, case.device, call, triton=implementation == "triton")
+        error.add_note(f"while running {call} on {case}; rerun: {rerun}")
+        raise
+
+
+def case_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[str, float]:
+    """The tolerance for ``quantity`` of ``case``: tests/flash_tolerances.py's, with atol scaled
+    by ``case.v_scale`` for the quantities that scale with V (O, dQ, dK; L and dV do not), so that
+    an error relative to the size of V is judged the same at any scale."""
+    tol = tolerance(case.dtype, quantity, implementation)
+    if quantity in ("O", "dQ", "dK"):
+        tol["atol"] *= case.v_scale
+    return tol
+
+
+def _check_implementation(implementation: str) -> None:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")
+
+
+def check_forward(
+    function: type[torch.autograd.Function], case: FlashCase, implementation: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``function.apply`` on ``case``; check O (shape, dtype, values) and the saved L; return both.
 
+    ``implementation`` ("pytorch" or "triton") picks the tolerances (tests/flash_tolerances.py).
     L must be float32 of shape (batch, n_queries) and equal the natural-log logsumexp of the
-    scaled (and masked) scores. Fails with the repro line of the case in every message.
+    scaled (and masked) scores. Fails with the case and its rerun command in every message.
     """
-    context = case.repro(function.__name__)
+    _check_implementation(implementation)
+    context = case.repro(function.__name__, implementation, "forward")
     Q, K, V = case.make_inputs(requires_grad=True)
-    O = function.apply(Q, K, V, case.is_causal)
-    assert_meta(O, shape=tuple(Q.shape), dtype=case.dtype, what="O", context=context)
-    L = saved_logsumexp(O, case.batch, case.n_queries, context)
+    with reporting(case, implementation, "forward", f"{function.__name__}.apply"):
+        O = function.apply(Q, K, V, case.is_causal)
+        assert_meta(O, shape=tuple(Q.shape), dtype=case.dtype, what="O", context=context)
+        L = saved_logsumexp(O, case.batch, case.n_queries, context)
     assert_meta(L, shape=(case.batch, case.n_queries), dtype=torch.float32, what="saved logsumexp L", context=context)
     truth = case.truth(Q, K, V)
-    assert_close(O, truth.O, **tolerance(case.dtype, "O"), what="O", context=context)
-    assert_close(L, truth.L, **tolerance(case.dtype, "L"), what="saved logsumexp L", context=context)
+    assert_close(O, truth.O, **case_tolerance(case, "O", implementation), what="O", context=context)
+    assert_close(L, truth.L, **case_tolerance(case, "L", implementation), what="saved logsumexp L", context=context)
     return O, L
 
 
 def check_backward(
-    function: type[torch.autograd.Function], case: FlashCase
+    function: type[torch.autograd.Function], case: FlashCase, implementation: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run forward and backward (with a random dO) on ``case``; check dQ, dK, dV; return them."""
-    context = case.repro(function.__name__) + ", then backward with dO = case.make_grad_output()"
+    _check_implementation(implementation)
+    context = case.repro(function.__name__, implementation, "backward") + " (backward with dO = case.make_grad_output())"
     Q, K, V = case.make_inputs(requires_grad=True)
     dO = case.make_grad_output()
-    O = function.apply(Q, K, V, case.is_causal)
-    grads = torch.autograd.grad(O, (Q, K, V), dO)
+    with reporting(case, implementation, "backward", f"{function.__name__}.apply and its backward"):
+        O = function.apply(Q, K, V, case.is_causal)
+        grads = torch.autograd.grad(O, (Q, K, V), dO)
     truth = case.truth(Q, K, V, dO)
     for name, grad, expected, like in zip(("dQ", "dK", "dV"), grads, truth[2:], (Q, K, V)):
         assert_meta(grad, shape=tuple(like.shape), dtype=case.dtype, what=name, context=context)
-        assert_close(grad, expected, **tolerance(case.dtype, name), what=name, context=context)
+        assert_close(grad, expected, **case_tolerance(case, name, implementation), what=name, context=context)
     return grads
 
 

@@ -10,7 +10,7 @@ and by staff changing the protocol (``server.py`` is the other side). What a tes
   so fakes keep their records here, where the submission cannot edit them;
 - a returned tensor that has an autograd graph in the executor comes back with a stand-in
   graph: ``torch.autograd.grad(O, (Q, K, V), dO)`` sends dO over and brings dQ, dK, dV back,
-  and ``O.grad_fn.saved_tensors`` holds copies of what the submission's forward saved;
+  and ``saved_tensors(O)`` fetches copies of what the submission's forward saved (only when asked);
 - an exception raised by the submission is raised here as the nearest built-in class, with the
   submission's traceback attached as a note; a crash, a hang or a broken reply raises
   ``ExecutorFailure`` naming what happened (and the limit, when one was hit), later calls in
@@ -305,18 +305,12 @@ class Executor:
             return tensor.requires_grad_(requires_grad and tensor.is_floating_point())
         if type(graph) is not dict or type(graph.get("id")) is not int:
             raise ProtocolError("a malformed graph record")
-        saved = []
-        if isinstance(graph.get("saved"), list):
-            saved = [self.codec.decode(node) for node in graph["saved"]]
-            if not all(isinstance(t, torch.Tensor) for t in saved):
-                raise ProtocolError("saved tensors that are not tensors")
-            saved = [t.detach() for t in saved]
         inputs = [t for t in self._inputs if t.requires_grad]
         link = _GraphLink(self, graph["id"], self.generation, len(inputs), self._tag)
         if not inputs or not torch.is_grad_enabled():
             weakref.finalize(tensor, self._released_graphs.append, graph["id"])
             return tensor
-        output = _ExecutorGraph.apply(link, [tensor], saved, *inputs)
+        output = _ExecutorGraph.apply(link, [tensor], *inputs)
         weakref.finalize(output, self._released_graphs.append, graph["id"])
         return output
 
@@ -431,6 +425,15 @@ class Executor:
     def getattr(self, target: int, name: str, tag: str | None) -> Any:
         return self.request({"op": "getattr", "target": target, "name": name}, tag)
 
+    def saved_tensors(self, link: _GraphLink) -> tuple[torch.Tensor, ...]:
+        """Copies of what the executor's graph node behind ``link`` saved for its backward."""
+        if link.generation != self.generation:
+            raise ExecutorFailure("the submission's process was restarted since this output was computed")
+        saved = self.request({"op": "saved", "graph": link.graph_id})
+        if not isinstance(saved, list) or not all(isinstance(t, torch.Tensor) for t in saved):
+            raise ExecutorFailure("the submission's process sent saved tensors that are not tensors")
+        return tuple(saved)
+
     def backward(self, link: _GraphLink, grad: torch.Tensor) -> list:
         if link.generation != self.generation:
             raise ExecutorFailure("the submission's process was restarted since this output was computed")
@@ -440,6 +443,14 @@ class Executor:
                 g is None or isinstance(g, torch.Tensor) for g in grads):
             raise ExecutorFailure(f"the backward sent {type(grads).__name__} instead of {link.n_inputs} gradients")
         return grads
+
+
+def recorded_launches(obj: Any) -> list[tuple[str, str]] | None:
+    """The launches of the submission's ``@triton.jit`` kernels recorded so far in this test by
+    the executor that holds ``obj`` (a copy), or None when ``obj`` lives in this process."""
+    if isinstance(obj, RemoteObject):
+        return list(obj._executor.launches)
+    return None
 
 
 def _holds_tensor(value: Any) -> bool:
@@ -489,19 +500,26 @@ class _GraphLink:
     tag: str | None
 
 
+def saved_tensors(output: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """What the submission's forward saved for ``output``'s backward, if ``output`` came from the executor; else None."""
+    link = getattr(output.grad_fn, "link", None)
+    if not isinstance(link, _GraphLink):
+        return None
+    return link.executor.saved_tensors(link)
+
+
 class _ExecutorGraph(torch.autograd.Function):
     """A stand-in node: its backward asks the executor for the gradients of the real graph."""
 
     @staticmethod
-    def forward(ctx, link: _GraphLink, box: list, saved: list, *inputs):
+    def forward(ctx, link: _GraphLink, box: list, *inputs):
         ctx.link = link
-        ctx.save_for_backward(*saved)
         return box[0]
 
     @staticmethod
     def backward(ctx, grad):
         grads = ctx.link.executor.backward(ctx.link, grad)
-        return (None, None, None, *grads)
+        return (None, None, *grads)
 
 
 class RemoteObject:

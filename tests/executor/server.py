@@ -15,6 +15,8 @@ Requests (dicts, see ``wire.py`` for values) and what they return:
         one of the kit's probes (``probes.PROBES``), given the adapters module first
     {"op": "backward", "graph": id, "grad": tensor}
         gradients of a returned tensor's inputs for ``grad``, one per input that required grad
+    {"op": "saved", "graph": id}
+        the tensors the returned tensor's ``grad_fn`` saved (``saved_tensors``)
     {"op": "release", ...}, {"op": "reset"}: forget handles and graphs
 
 Every request may carry ``"release": {"handles": [...], "graphs": [...]}``. The reply is
@@ -141,12 +143,7 @@ class Server:
         if tensor.requires_grad and tensor.grad_fn is not None:
             graph_id = self._new_id()
             self.graphs[graph_id] = (tensor, list(self.leaves))
-            graph = {"id": graph_id, "saved": None, "why": ""}
-            try:
-                saved = tuple(tensor.grad_fn.saved_tensors)
-                graph["saved"] = [encode_tensor(t) for t in saved]
-            except Exception as error:  # noqa: BLE001  built-in nodes have no saved_tensors
-                graph["why"] = f"{type(error).__name__}: {error}"[:500]
+            graph = {"id": graph_id}
         return encode_tensor(tensor, graph)
 
     # -- the submission ------------------------------------------------------------------
@@ -209,6 +206,9 @@ class Server:
             wanted = [leaf for leaf in leaves if leaf.requires_grad]
             grads = torch.autograd.grad([output], wanted, [grad], retain_graph=True, allow_unused=True) if wanted else ()
             return self.codec.encode([None if g is None else g.detach() for g in grads])
+        if op == "saved":
+            output, _ = self.graphs[request["graph"]]
+            return self.codec.encode([t.detach() for t in output.grad_fn.saved_tensors])
         if op == "reset":
             self.objects.clear()
             self.graphs.clear()
