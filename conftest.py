@@ -28,6 +28,8 @@ if not torch.cuda.is_available():
 from tests.submission import load_adapters, resolve_submission_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
+# A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example.
+pytest_plugins = ("tests.stub_failures",)
 
 
 def pytest_addoption(parser):
@@ -48,6 +50,10 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is present")
+    # Triton's interpreter turns one-element arrays into scalars, which NumPy >= 1.25 warns about
+    # hundreds of times a run: silence that warning only, and only from the interpreter.
+    config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
+                            ":DeprecationWarning:triton.runtime.interpreter")
     config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
     config.executor = None
     if os.environ.get("TRITON_INTERPRET") == "1" and not config.getoption("--isolate"):
