@@ -64,10 +64,11 @@ def flash_backward_pytorch(
 
     With ``S`` the scaled, masked scores: ``D = rowsum(O * dO)``, ``P = exp(S - L)``,
     ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)``, ``dQ = dS K / sqrt(d)``,
-    ``dK = dS^T Q / sqrt(d)``. Here you may build the (n_queries, n_keys) matrices: wrap this
-    function in ``torch.compile`` so that they are fused. Returns dQ, dK, dV with the shapes of
-    Q, K, V. ``dO`` may have any strides (``o.sum().backward()`` passes an expanded tensor whose
-    strides are all 0).
+    ``dK = dS^T Q / sqrt(d)``. Here you may build the (n_queries, n_keys) matrices: on a GPU,
+    wrap this function in ``torch.compile`` so that they are fused; on a CPU call it plain
+    (compiling C++ there makes each new test shape take tens of seconds). Returns dQ, dK, dV
+    with the shapes of Q, K, V. ``dO`` may have any strides (``o.sum().backward()`` passes an
+    expanded tensor whose strides are all 0).
     """
     raise not_implemented(__file__, "flash_backward_pytorch", "§2.5 flash_backward")
 
