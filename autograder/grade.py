@@ -324,11 +324,8 @@ def grade(options: GradeOptions) -> GradeReport:
                        "apart from the tests; run it as root (sudo), or pass --unisolated to grade code you trust "
                        "(such as the reference) as yourself")
         elif isolated:
-            probe = uid_pool.lease()
-            try:
+            with uid_pool.leased() as probe:
                 found, python_env, why = _sandbox_python(probe.uid, probe.gid, kit)
-            finally:
-                probe.release()
             refusal = None if found else f"the submission cannot be isolated: {why}"
             python = found or python
             _protect_staff_files(kit)

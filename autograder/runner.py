@@ -185,8 +185,6 @@ class _Child:
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         self.lease = uid_pool.lease(start=os.getpid() + index) if spec.executor_uids else None
         uid = self.lease.uid if self.lease else None
-        if uid is not None:
-            _sweep("", uid)  # anything a crashed earlier holder of this id left behind
         executor_dir = spec.workdir / f"executor-{spec.name}{spec.shard}-{index}"
         log = open(self.log_path, "wb")
         script = str(Path(__file__).resolve().parent / "sandboxed_pytest.py")
@@ -252,9 +250,9 @@ class _Child:
         self._sweep()
 
     def _sweep(self) -> None:
-        _sweep(self.run_id, self.lease.uid if self.lease else None)
+        _sweep(self.run_id)
         if self.lease is not None:
-            self.lease.release()
+            self.lease.release()  # kills every process of the executor's uid
             self.lease = None
 
     def finish(self) -> int:
@@ -292,18 +290,13 @@ class _Child:
         return "\n".join(all_lines[-lines:])
 
 
-def _sweep(run_id: str, uid: int | None) -> None:
-    """Kill what a test process left running: by our run marker, and by the sandbox uid."""
-    marker = f"CS336_GRADER_RUN={run_id}".encode() if run_id else None
+def _sweep(run_id: str) -> None:
+    """Kill what a test process left running under this user: every process carrying our run marker."""
+    marker = f"CS336_GRADER_RUN={run_id}".encode()
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
-            if uid is not None and os.stat(f"/proc/{entry}").st_uid == uid:
-                os.kill(int(entry), signal.SIGKILL)
-                continue
-            if marker is None:
-                continue
             with open(f"/proc/{entry}/environ", "rb") as handle:
                 if marker in handle.read().split(b"\0"):
                     os.kill(int(entry), signal.SIGKILL)

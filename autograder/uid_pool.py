@@ -1,35 +1,46 @@
-"""A pool of user ids for executors, so that no two test processes on one host share one.
+"""A pool of user ids for processes that run student code, so that no two of them share one.
 
 Read by the grader's runner, which leases one id for each test process it starts and hands it
-to that process's executor (tests/executor/). An executor running as its own uid cannot signal,
-trace or read the files of another grade's executor, nor of the harness (root). The ids need no
-``/etc/passwd`` entry: root can ``setuid`` to any number, and the only files such a user owns
-are its executor's folder.
+to that process's executor (tests/executor/), and by the leaderboard, which leases one for each
+worker. A process running as its own uid cannot signal, trace or read the files of another
+grade's executor or leaderboard worker, nor of the harness (root). The ids need no
+``/etc/passwd`` entry: root can ``setuid`` to any number; ids that do have an account are
+skipped, so no real user's files are ever involved.
 
-A lease is an exclusive ``flock`` on ``<LOCK_DIR>/<uid>.lock``, held through an open file, so it
-ends when the lease is released or its holder dies, and concurrent grades (separate grader
-processes on one host) never get the same id.
+A lease is an exclusive ``flock`` on ``<lock dir>/<uid>.lock`` in a directory only root can
+write, held through an open file, so it ends when the lease is released or its holder dies, and
+concurrent grades and leaderboard runs on one host never get the same id. A lease starts and
+ends with ``clear``: no process of that uid left running, and no file of its left in the shared
+temporary folders.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import pwd
+import shutil
+import signal
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 FIRST_UID = 2_000_100_000  # far above any real account and the usual subordinate-id ranges
 POOL_SIZE = 4096
-LOCK_DIR = Path("/run/cs336-grader-uids") if Path("/run").is_dir() else Path("/tmp/cs336-grader-uids")
+LOCK_DIRS = (Path("/run/cs336-uid-pool"), Path(tempfile.gettempdir()) / "cs336-uid-pool")
+SHARED_TEMP_DIRS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
 
 
-class PoolExhausted(RuntimeError):
-    """Every id of the pool is leased."""
+class PoolUnavailable(RuntimeError):
+    """No id can be leased: every one is in use, or there is no safe place for the lock files."""
 
 
 @dataclass
 class UidLease:
-    """One leased id (uid and gid are the same number); ``release()`` gives it back."""
+    """One leased id (uid and gid are the same number); ``release()`` clears it and gives it back."""
 
     uid: int
     _handle: int
@@ -40,22 +51,92 @@ class UidLease:
 
     def release(self) -> None:
         if self._handle >= 0:
+            clear(self.uid)
             os.close(self._handle)  # closing the file ends the flock
             self._handle = -1
 
 
+def _lock_dir() -> Path:
+    """A directory only root can write, for the lock files (made if absent)."""
+    for directory in LOCK_DIRS:
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:
+            continue
+        st = os.lstat(directory)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return directory
+    raise PoolUnavailable(f"no directory only this user can write for the uid lock files; tried {LOCK_DIRS}")
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
 def lease(start: int = 0) -> UidLease:
-    """Lease a free id, trying from ``FIRST_UID + start`` on; raise PoolExhausted if none is free."""
-    LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if LOCK_DIR.stat().st_uid != os.geteuid():
-        raise PermissionError(f"{LOCK_DIR} is not owned by this user; remove it")
+    """Lease a free id, trying from ``FIRST_UID + start`` on (needs root); raise PoolUnavailable if none is free."""
+    directory = _lock_dir()
     for step in range(POOL_SIZE):
         uid = FIRST_UID + (start + step) % POOL_SIZE
-        handle = os.open(LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        if _has_account(uid):
+            continue
+        handle = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(handle)
             continue
+        clear(uid)  # whatever a crashed earlier holder left behind
         return UidLease(uid, handle)
-    raise PoolExhausted(f"all {POOL_SIZE} executor user ids from {FIRST_UID} are in use")
+    raise PoolUnavailable(f"all {POOL_SIZE} sandbox user ids from {FIRST_UID} are in use")
+
+
+@contextmanager
+def leased(start: int = 0) -> Iterator[UidLease]:
+    """``lease()`` for the duration of a ``with`` block."""
+    held = lease(start)
+    try:
+        yield held
+    finally:
+        held.release()
+
+
+def kill_all(uid: int) -> None:
+    """SIGKILL every process of ``uid``: a child becomes that uid and sends ``kill(-1)``, which
+    reaches exactly the processes that uid may signal (its own), however fast they fork."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def clear(uid: int) -> None:
+    """No process of ``uid`` left running, and no file of its left in the shared temporary folders."""
+    kill_all(uid)
+    for directory in SHARED_TEMP_DIRS:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue

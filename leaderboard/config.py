@@ -160,9 +160,7 @@ LIMITS_DRY_RUN = Limits(fixed_faster_than_fresh=0.5, ones_faster_than_random=0.5
 # cache (a shared one could be poisoned by an earlier submission).
 WORKER_TIMEOUT_S = {"official": 600, "quick": 420, "dry-run": 300}
 
-# The uids (each also the gid) the worker runs as when the parent is root, one per concurrent
-# run (see sandbox.lease_uid). They need no account; uids that have one are skipped.
-SANDBOX_UIDS = range(61000, 61016)
+
 
 # The parent's check of a reported timing (see verdict.check_timing): the sum of the reported
 # per-call times may exceed the parent's own bracket around the timing by at most this much,

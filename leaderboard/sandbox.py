@@ -3,10 +3,10 @@
 Staff read this file to know what the process that runs student code can touch. For each run
 the parent (root):
 
-* leases a numeric uid (and the same gid) from ``config.SANDBOX_UIDS`` by taking an exclusive
-  ``flock`` on that uid's lock file in a root-only directory, so two leaderboard runs on one
-  host never share one; uids that name an account in the password database are skipped. The
-  uid needs no account: the worker drops to it by number (``confine``). Before and after the
+* leases a numeric uid (and the same gid) from the pool that grades share
+  (``autograder/uid_pool.py``): an exclusive ``flock`` on that uid's lock file in a root-only
+  directory, so no two leaderboard runs or grades on one host share one; uids that name an
+  account are skipped. The worker drops to it by number (``confine``). Before and after the
   run every process of that uid is killed (``kill(-1, SIGKILL)`` sent as that uid) and the files
   it left in the shared temporary directories are removed;
 * makes a fresh directory (root-owned, mode 0711) holding ``kit/`` (root-owned: the few
@@ -24,11 +24,8 @@ explicitly ``--unisolated``.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pwd
 import shutil
-import signal
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -36,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from leaderboard.config import SANDBOX_UIDS
+from autograder import uid_pool
 from leaderboard.confine import needed_paths, unreadable
 from leaderboard.store import ROOT
 
@@ -72,8 +69,6 @@ PASSED_VARIABLES = (
     "CC",
     "CXX",
 )
-LOCK_DIRS = (Path("/run/leaderboard-sandbox"), Path(tempfile.gettempdir()) / "leaderboard-sandbox-locks")
-SHARED_TEMP_DIRS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
 UNISOLATED_HINT = (
     "run the leaderboard as root, so that the student code runs as an unprivileged uid of its own "
     "that cannot write the kit or the results store; or pass --unisolated to run code you trust "
@@ -101,88 +96,21 @@ class Identity:
         return self.uid is not None
 
 
-def _lock_dir() -> Path:
-    """A directory only root can write, for the uid lock files (made if absent)."""
-    for directory in LOCK_DIRS:
-        try:
-            directory.mkdir(mode=0o700, exist_ok=True)
-        except OSError:
-            continue
-        st = os.lstat(directory)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return directory
-    raise SandboxUnavailable(f"no root-only directory for the uid lock files; tried {', '.join(map(str, LOCK_DIRS))}")
-
-
-def _has_account(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
-
-
 @contextmanager
 def lease_uid() -> Iterator[Identity]:
-    """Hold one uid of the pool for the duration (see the module docstring)."""
-    directory = _lock_dir()
-    for uid in SANDBOX_UIDS:
-        if _has_account(uid):
-            continue
-        fd = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        identity = Identity(uid, uid)
-        try:
-            clear_uid(identity)
-            yield identity
-        finally:
-            clear_uid(identity)
-            os.close(fd)
-        return
-    raise SandboxUnavailable(f"every sandbox uid ({SANDBOX_UIDS.start}-{SANDBOX_UIDS.stop - 1}) is in use by another run")
-
-
-def kill_uid(identity: Identity) -> None:
-    """SIGKILL every process of the uid: a child becomes that uid and sends ``kill(-1)``,
-    which reaches exactly the processes it has the right to signal."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child)
-        try:
-            os.setgroups([])
-            os.setresgid(identity.gid, identity.gid, identity.gid)
-            os.setresuid(identity.uid, identity.uid, identity.uid)
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # no process of that uid
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+    """Hold one uid of the shared pool (autograder/uid_pool.py) for the duration; it is cleared
+    (no process or temp file of it left) when leased and when given back."""
+    try:
+        with uid_pool.leased() as held:
+            yield Identity(held.uid, held.gid)
+    except uid_pool.PoolUnavailable as error:
+        raise SandboxUnavailable(str(error)) from None
 
 
 def clear_uid(identity: Identity) -> None:
     """No process of the uid left running, and no file of its left in the shared temp dirs."""
-    if not identity.isolated:
-        return
-    kill_uid(identity)
-    for directory in SHARED_TEMP_DIRS:
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.stat(follow_symlinks=False).st_uid != identity.uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                continue
+    if identity.isolated:
+        uid_pool.clear(identity.uid)
 
 
 def _writable_by(path: Path, identity: Identity) -> bool:
