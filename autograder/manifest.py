@@ -45,7 +45,7 @@ class GradingSettings:
     total_timeout_s: float = 1500.0
     crash_streak_limit: int = 3
     restart_limit: int = 25
-    hidden_visibility: str = "visible"
+    hidden_visibility: str = "after_published"
     hidden_output_chars: int = 600
     ungraded: tuple[str, ...] = ()
 

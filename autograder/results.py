@@ -2,8 +2,9 @@
 
 Read by staff changing how points are shared or shown. A problem's points (from the manifest)
 are shared among all its tests, visible and hidden, by weight; only a passed test earns its
-share. A test that needs a GPU on a runner without one keeps its share in ``max_score`` and
-scores 0, with a message saying so, so a CPU grade is never mistaken for a full one.
+share. A test that needs a GPU on a runner without one is not a failure: results.json leaves
+it out of ``tests`` and ``score`` and says at the top of ``output`` which problems and points a
+GPU grade adds (the console table still counts them, under "needs GPU").
 
 What a student sees of a hidden test (autograder/hidden_tests/) is its name and its one
 failure message, redacted (``redact_hidden``): no traceback or source text (the ``text`` field
@@ -311,25 +312,92 @@ def entry_output(test: GradedTest, hidden_chars: int, hidden: HiddenText | None 
     return redact_secrets(f"{message}\n\n{detail if len(detail) <= room else '...' + detail[-room:]}", hidden)
 
 
+WHEN_SHOWN = {
+    "after_published": "once grades are published",
+    "after_due_date": "after the due date",
+    "hidden": "never (only their points count)",
+    "visible": "now",
+}
+
+
+def problem_points(tests: list[GradedTest]) -> dict[str, dict]:
+    """Per problem: its section, points earned, points graded here, and points left for a GPU grade.
+
+    Written to results.json's ``extra_data`` (Gradescope stores it and never shows it), where the
+    batch grader reads each problem's points for the class CSV.
+    """
+    points: dict[str, dict] = {}
+    for test in tests:
+        entry = points.setdefault(test.problem.name, {"section": test.problem.section, "score": 0.0,
+                                                      "max_score": 0.0, "gpu_later": 0.0})
+        if test.outcome.status == "not_graded":
+            entry["gpu_later"] += _rounded(test.max_score)
+        else:  # rounded as the tests' entries are, so the problems add up to the score
+            entry["score"] += _rounded(test.score)
+            entry["max_score"] += _rounded(test.max_score)
+    return {name: {key: _rounded(value) if isinstance(value, float) else value for key, value in entry.items()}
+            for name, entry in points.items()}
+
+
+def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: str) -> list[str]:
+    """The lines at the top of results.json's ``output``: what a GPU grade will add, and when the
+    hidden tests show."""
+    lines = []
+    if pending:
+        parts = []
+        for name, entry in problem_points(pending).items():
+            count = sum(test.problem.name == name for test in pending)
+            parts.append(f"{entry['section']} {name} ({count} test{'s' * (count != 1)}, {entry['gpu_later']:.2f} points)")
+        later = sum(test.max_score for test in pending)
+        here = sum(test.max_score for test in graded)
+        lines.append(f"This runner has no GPU. {later:.2f} points are graded on a GPU after the deadline and are "
+                     f"not in this score: {'; '.join(parts)}. This score is out of the {here:.2f} points a CPU "
+                     "runner can grade; the GPU grade replaces it with the full one.")
+    hidden = [test for test in graded if test.suite == "hidden"]
+    if hidden:
+        points = sum(test.max_score for test in hidden)
+        shown = WHEN_SHOWN.get(visibility, visibility)
+        lines.append(f"{len(hidden)} hidden tests ({points:.2f} points) were graded and count in this score; "
+                     f"their names and results show {shown}.")
+    return lines
+
+
 def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time: float, output: str,
                  leaderboard: list | None = None) -> dict:
-    """The Gradescope results dict: score, execution_time, output, tests[] (and leaderboard)."""
+    """The Gradescope results dict: score, execution_time, output, tests[], extra_data (and leaderboard).
+
+    Tests that need a GPU on a runner without one are not failures: they are left out of
+    ``tests`` and out of ``score`` (the score is what this runner could grade), and the top of
+    ``output`` names their problems and points. Hidden tests get the manifest's
+    ``hidden_visibility`` (Gradescope's ``after_published`` by default), and ``output`` says how
+    many there are and when they show. ``extra_data`` holds the per-problem points.
+    """
     hidden = hidden_text()
+    visibility = manifest.settings.hidden_visibility
+    graded = [test for test in tests if test.outcome.status != "not_graded"]
+    pending = [test for test in tests if test.outcome.status == "not_graded"]
     entries = []
-    for test in tests:
+    for test in graded:
         entries.append({
             "name": f"{test.problem.section} {test.problem.name} [{test.suite}] {shown_key(test, hidden)}",
             "score": _rounded(test.score),
             "max_score": _rounded(test.max_score),
             "status": "passed" if test.outcome.status == "passed" else "failed",
             "output": entry_output(test, manifest.settings.hidden_output_chars, hidden),
-            "visibility": manifest.settings.hidden_visibility if test.suite == "hidden" else "visible",
+            "visibility": visibility if test.suite == "hidden" else "visible",
         })
+    summary = _summary(graded, pending, visibility)
     result = {
-        "score": _rounded(sum(test.score for test in tests)),
+        "score": _rounded(sum(entry["score"] for entry in entries)),  # the sum Gradescope shows, to the digit
         "execution_time": int(round(execution_time)),
-        "output": redact_secrets(output, hidden),
+        "output": redact_secrets("\n".join([*summary, *([""] if summary else []), output]), hidden),
         "tests": entries,
+        "extra_data": {
+            "problems": problem_points(tests),
+            "gpu_later_points": _rounded(sum(test.max_score for test in pending)),
+            "hidden_tests": sum(test.suite == "hidden" for test in graded),
+            "hidden_visibility": visibility,
+        },
     }
     if leaderboard:
         result["leaderboard"] = leaderboard

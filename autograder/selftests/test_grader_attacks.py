@@ -73,9 +73,9 @@ def test_attack_gets_its_verdict(attack_grades, name):
         assert not earned, f"{name} earned points on {earned}"
     for problem in attack.control:
         entries = _entries(written, problem)
-        lost = [(e["name"], e["output"][:300]) for e in entries
-                if e["status"] != "passed" and not e["output"].startswith("not graded on this runner")]
-        assert entries and not lost, f"{name} must cost only the attacked tests; control tests lost: {lost}"
+        lost = [(e["name"], e["output"][:300]) for e in entries if e["status"] != "passed"]
+        later = written["extra_data"]["problems"].get(problem, {}).get("gpu_later", 0)
+        assert (entries or later) and not lost, f"{name} must cost only the attacked tests; control tests lost: {lost}"
     outputs = "\n".join(entry["output"] for problem in attack.attacked for entry in _entries(written, problem))
     for word in attack.expect_output:
         assert word in outputs, f"no attacked test's message mentions {word!r}:\n{outputs[:2000]}"

@@ -14,10 +14,9 @@ import torch
 from autograder.fixtures.mutants.catalog import MUTANTS, materialize
 from autograder.grade import GradeOptions, grade
 from autograder.manifest import load_manifest
-from autograder.selftests.gradescope_schema import problems_with
+from autograder.selftests.gradescope_schema import hidden_shown_early, problems_with
 
 MANIFEST = load_manifest()
-NOT_GRADED = "not graded on this runner"
 
 
 def _problem(entry: dict) -> str:
@@ -33,8 +32,7 @@ def test_reference_results_json_is_valid(reference_grade):
 
 def test_reference_earns_every_gradable_point(reference_grade):
     report, results = reference_grade
-    lost = [(e["name"], e["output"][:500]) for e in results["tests"]
-            if e["status"] != "passed" and not e["output"].startswith(NOT_GRADED)]
+    lost = [(e["name"], e["output"][:500]) for e in results["tests"] if e["status"] != "passed"]
     assert not lost, f"the reference must pass every test this runner can grade; it failed {len(lost)}: {lost[:5]}"
     if torch.cuda.is_available():
         assert abs(results["score"] - MANIFEST.total_points) < 1e-3
@@ -42,10 +40,16 @@ def test_reference_earns_every_gradable_point(reference_grade):
 
 def test_reference_grade_covers_every_problem_and_point(reference_grade):
     results = reference_grade[1]
-    graded = {_problem(entry) for entry in results["tests"]}
+    problems = results["extra_data"]["problems"]
+    graded = {_problem(entry) for entry in results["tests"]} | {n for n, p in problems.items() if p["gpu_later"] > 0}
     wanted = {problem.name for problem in MANIFEST.problems if problem.points > 0}
     assert wanted <= graded, f"problems without a graded test: {sorted(wanted - graded)}"
-    assert abs(sum(e["max_score"] for e in results["tests"]) - MANIFEST.total_points) < 1e-2
+    here = sum(e["max_score"] for e in results["tests"])
+    assert abs(here + results["extra_data"]["gpu_later_points"] - MANIFEST.total_points) < 1e-2
+    for name, points in problems.items():
+        mine = [e for e in results["tests"] if _problem(e) == name]
+        assert abs(sum(e["score"] for e in mine) - points["score"]) < 1e-3, name
+        assert abs(points["max_score"] + points["gpu_later"] - MANIFEST.by_name[name].points) < 1e-2, name
 
 
 def test_reference_grade_reports_its_time_and_table(reference_grade):
@@ -57,14 +61,33 @@ def test_reference_grade_reports_its_time_and_table(reference_grade):
             assert problem.name in report.table
 
 
-def test_gpu_only_tests_keep_their_points_on_cpu(reference_grade):
+def test_gpu_only_tests_are_not_failures_on_cpu(reference_grade):
+    """On a runner without a GPU, GPU-only tests are left out of results.json's tests and score;
+    the output says which problems and how many points a GPU grade adds."""
     results = reference_grade[1]
-    not_graded = [e for e in results["tests"] if e["output"].startswith(NOT_GRADED)]
+    assert not [e["name"] for e in results["tests"] if e["status"] == "failed"]
+    assert abs(results["score"] - sum(e["score"] for e in results["tests"])) < 1e-3
+    later = results["extra_data"]["gpu_later_points"]
     if torch.cuda.is_available():
-        assert not not_graded
+        assert later == 0 and "This runner has no GPU" not in results["output"]
     else:
-        assert all(e["max_score"] > 0 and e["score"] == 0 for e in not_graded)
-        assert "need a GPU runner" in results["output"]
+        assert later > 0
+        first = results["output"].splitlines()[0]
+        assert first.startswith("This runner has no GPU.") and f"{later:.2f} points" in first
+        for name, points in results["extra_data"]["problems"].items():
+            if points["gpu_later"] > 0:
+                assert f" {name} (" in first, (name, first)
+
+
+def test_hidden_tests_show_only_after_publication(reference_grade):
+    results = reference_grade[1]
+    hidden = [e for e in results["tests"] if "[hidden]" in e["name"]]
+    assert hidden and {e["visibility"] for e in hidden} == {MANIFEST.settings.hidden_visibility}
+    assert MANIFEST.settings.hidden_visibility == "after_published" and hidden_shown_early(results) == []
+    assert all(e["visibility"] == "visible" for e in results["tests"] if "[visible]" in e["name"])
+    assert f"{len(hidden)} hidden tests (" in results["output"]
+    assert "their names and results show once grades are published" in results["output"]
+    assert results["extra_data"]["hidden_tests"] == len(hidden)
 
 
 # -- the stubs ------------------------------------------------------------------------------

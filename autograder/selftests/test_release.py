@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -105,18 +106,58 @@ def test_release_pytest_collects_without_errors(student_release):
 
 def test_release_stubs_fail_only_with_not_implemented_error(stub_grade):
     """The release's stubs, graded through its own make_submission.sh zip: every visible test
-    fails with NotImplementedError or needs a GPU (the hidden ones too, see test_grader_submissions)."""
+    fails with NotImplementedError (the hidden ones too, see test_grader_submissions); tests that
+    need a GPU are not in results.json on a CPU runner."""
     results = stub_grade[1]
     visible = [e for e in results["tests"] if "[visible]" in e["name"]]
     assert visible
     other = [(e["name"], e["output"][:200]) for e in visible
-             if "NotImplementedError" not in e["output"] and not e["output"].startswith("not graded on this runner")]
+             if "NotImplementedError" not in e["output"]]
     assert not other, f"visible tests on the stubs failing for other reasons: {other[:5]}"
 
 
 def test_submission_zip_holds_only_graded_files(student_release, stub_grade):
     names = zipfile.ZipFile(student_release / "submission.zip").namelist()
     assert "adapters.py" in names and "cs336_systems/__init__.py" in names
-    assert all(name == "adapters.py" or (name.startswith("cs336_systems/") and name.endswith(".py"))
+    data = (".json", ".toml", ".yaml", ".yml", ".txt", ".cfg")  # what the grader's sandbox copies
+    assert all(name == "adapters.py" or (name.startswith("cs336_systems/") and name.endswith((".py", *data)))
                or name == "writeup.pdf" for name in names), names
     assert stub_grade[0].sandbox.left_out == [], "the grader must take every file of the zip"
+
+
+def _visible_entries(results: dict) -> dict[str, dict]:
+    """{"<file>::<test>": entry} for the visible tests of a results.json."""
+    return {entry["name"].split(" [visible] ", 1)[1]: entry for entry in results["tests"] if " [visible] " in entry["name"]}
+
+
+def test_release_points_file_prices_visible_tests_as_the_grader(student_release, reference_grade):
+    """tests/points.toml (for `python -m tests.score`) gives each visible test the grader's max_score."""
+    import tomllib
+
+    points = tomllib.loads((student_release / "tests" / "points.toml").read_text())
+    entries = _visible_entries(reference_grade[1])
+    assert entries and set(entries) <= set(points["tests"]), sorted(set(entries) - set(points["tests"]))[:5]
+    wrong = [(key, entry["max_score"], points["tests"][key]["points"]) for key, entry in entries.items()
+             if abs(entry["max_score"] - points["tests"][key]["points"]) > 1e-3]
+    assert not wrong, f"visible tests priced differently by the grader and tests/points.toml: {wrong[:5]}"
+    gpu = {key for key, test in points["tests"].items() if test["gpu"]}
+    assert gpu and not gpu & set(entries), "GPU tests must be flagged (and are not graded on this CPU runner)"
+
+
+def test_local_score_on_the_reference_equals_the_graders_visible_points(student_release, reference_grade, tmp_path):
+    """`python -m tests.score` in a release holding the reference prints the grader's visible-test points."""
+    import re
+
+    tree = tmp_path / "student"
+    shutil.copytree(student_release, tree, symlinks=False)
+    shutil.rmtree(tree / "cs336_systems")
+    shutil.copytree(KIT / "reference" / "cs336_systems", tree / "cs336_systems", symlinks=False)
+    shutil.copy(KIT / "reference" / "adapters.py", tree / "adapters.py")
+    result = subprocess.run([sys.executable, "-m", "tests.score", "-p", "no:cacheprovider"], cwd=tree,
+                            capture_output=True, text=True, timeout=900)
+    total = re.search(r"^total \(visible tests\)\s+([\d.]+) / ([\d.]+)", result.stdout, re.MULTILINE)
+    assert total, result.stdout[-3000:] + result.stderr[-3000:]
+    graded = sum(entry["score"] for entry in _visible_entries(reference_grade[1]).values())
+    assert abs(float(total.group(1)) - graded) < 0.011, (
+        f"local score {total.group(1)} but the grader gave the visible tests {graded:.2f}:\n{result.stdout[-3000:]}")
+    assert "Hidden tests count too" in result.stdout and "Traceback" not in result.stdout
