@@ -3,6 +3,7 @@
     python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
     python -m autograder bundle [--out dist/gradescope_autograder.zip]
     python -m autograder release [--out dist/student]
+    python -m autograder batch EXPORT --out DIR [--executor local|slurm] [--gpus auto] [--jobs N] [--dry-run]
 
 SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes. ``grade`` always writes DIR/results.json (Gradescope's format) and
@@ -84,6 +85,59 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batch(args: argparse.Namespace) -> int:
+    from autograder.batch.executors import SlurmParams
+    from autograder.batch.export import ExportError
+    from autograder.batch.grading import BatchOptions, grade_batch
+
+    extra = []
+    for item in args.slurm_extra or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"batch: --slurm-extra {item!r}: expected KEY=VALUE (an sbatch option without --)")
+        extra.append((key, value))
+    slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
+                        cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
+                        extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
+    options = BatchOptions(
+        export=Path(args.export), out=Path(args.out), executor=args.executor, gpus=args.gpus, jobs=args.jobs,
+        problems=[name for name in args.problems.split(",") if name] if args.problems else None,
+        grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout, slurm=slurm,
+        dry_run=args.dry_run)
+    try:
+        return grade_batch(options)
+    except ExportError as error:
+        print(f"batch: {error}", file=sys.stderr)
+        return 2
+
+
+def add_batch_flags(parser: argparse.ArgumentParser, job_name: str) -> None:
+    """The executor flags that ``autograder batch`` and ``leaderboard batch`` share."""
+    parser.add_argument("export", help="Gradescope's Export Submissions zip, or the folder it unpacks to "
+                        "(submission_metadata.yml and one folder a submission)")
+    parser.add_argument("--executor", choices=("local", "slurm", "submitit-local", "submitit-debug"), default="local",
+                        help="local: this machine; slurm: a Slurm job array through submitit, one GPU a job; "
+                             "submitit-local/submitit-debug: submitit's own executors (tests of the Slurm path)")
+    parser.add_argument("--gpus", default="auto", help="local executor: GPUs to use, one job per GPU at a time: "
+                        "auto (every GPU nvidia-smi lists), a count, a list like 0,2, or 0 for none (default auto)")
+    parser.add_argument("--jobs", type=int, default=2, help="local executor without GPUs: jobs at a time (default 2)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would run (and for slurm the exact sbatch script) and stop")
+    slurm = parser.add_argument_group("slurm (with --executor slurm)")
+    slurm.add_argument("--partition", help="Slurm partition")
+    slurm.add_argument("--account", help="Slurm account")
+    slurm.add_argument("--qos", help="Slurm quality of service")
+    slurm.add_argument("--time", type=int, default=60, help="minutes per job (default 60)")
+    slurm.add_argument("--cpus", type=int, default=16, help="CPUs per job (default 16)")
+    slurm.add_argument("--mem-gb", type=int, default=64, help="memory per job in GB (default 64)")
+    slurm.add_argument("--array-parallelism", type=int, default=64, help="array tasks running at once (default 64)")
+    slurm.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE",
+                       help="another sbatch option, e.g. constraint=h100 (repeatable)")
+    slurm.add_argument("--slurm-setup", action="append", metavar="LINE",
+                       help="a shell line each job runs first, e.g. 'module load cuda' (repeatable)")
+    parser.set_defaults(job_name=job_name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -122,6 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     release.add_argument("--out", default="dist/student")
     release.add_argument("--force", action="store_true", help="replace --out if it exists")
     release.set_defaults(run=_release)
+
+    batch = commands.add_parser("batch", help="grade every submission of a Gradescope export (local GPUs or Slurm); "
+                                "write each results.json, a class CSV and histograms")
+    add_batch_flags(batch, "cs336-grade")
+    batch.add_argument("--out", required=True, help="folder for results, logs, scores.csv, histograms, summary")
+    batch.add_argument("--problems", help="grade only these problems (comma-separated; passed to each grade)")
+    batch.add_argument("--grade-jobs", type=int, help="--jobs of each grade (test process chains at a time)")
+    batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
+    batch.add_argument("--timeout", type=float, help="--timeout of each grade")
+    batch.set_defaults(run=_batch)
 
     args = parser.parse_args(argv)
     for name in ("suites",):

@@ -1,0 +1,13 @@
+"""Grading a whole class: ``python -m autograder batch EXPORT --out DIR`` (and the leaderboard's batch).
+
+Read by staff who grade the GPU half after the deadline. The pieces, one a file:
+
+- ``export.py``: read a Gradescope "Export Submissions" folder or zip (``submission_metadata.yml``
+  and one folder a submission) into submissions and their students;
+- ``executors.py``: run one command per submission, each in its own process: on this machine (one
+  at a time per GPU, with ``CUDA_VISIBLE_DEVICES`` set, or ``--jobs`` at a time on a CPU), or as
+  a Slurm job array through ``submitit`` (one GPU a job); progress lines and the slowest job;
+- ``grading.py``: the batch grade: resumption (same kit version and submission hash: skipped),
+  one retry, each submission's ``results.json`` and log;
+- ``report.py``: the class CSV for Gradescope's score upload and the per-problem histograms.
+"""

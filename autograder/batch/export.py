@@ -1,0 +1,128 @@
+"""Read a Gradescope "Export Submissions" download: which folder holds whose submission.
+
+Gradescope's export (a zip, or the folder it unpacks to) holds ``submission_metadata.yml`` and
+one folder per submission, named like ``submission_123456789``. The metadata maps each folder
+name to its submitters (several for a group submission), in Ruby-flavoured YAML whose keys
+start with a colon::
+
+    submission_123456789:
+      :submitters:
+      - :name: Ada Lovelace
+        :sid: '05550123'
+        :email: ada@stanford.edu
+      :created_at: 2026-05-01 23:58:01.000000000 -07:00
+      :score: 30.08
+
+A submission folder holds the files the student uploaded (Gradescope unpacks an uploaded zip;
+one that it could not unpack stays a ``.zip``, which the grader reads and refuses with a reason).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+METADATA = "submission_metadata.yml"
+
+
+class ExportError(ValueError):
+    """The path is not a Gradescope export (no submission_metadata.yml, or one that cannot be read)."""
+
+
+@dataclass(frozen=True)
+class Student:
+    name: str
+    sid: str
+    email: str
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One exported submission: its folder name (``id``), its path, and who submitted it."""
+
+    id: str
+    path: Path
+    students: tuple[Student, ...]
+    created_at: str = ""
+
+    @property
+    def label(self) -> str:
+        """Who submitted it, for progress lines and the leaderboard: the names, else the id."""
+        names = ", ".join(student.name for student in self.students if student.name)
+        return names or self.id
+
+
+def _plain(value) -> object:
+    """A YAML value with Ruby-symbol keys (``:name``) turned into plain ones (``name``)."""
+    if isinstance(value, dict):
+        return {str(key).lstrip(":"): _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _find_metadata(root: Path) -> Path:
+    for depth in range(3):
+        found = sorted(root.glob("/".join(["*"] * depth + [METADATA])))
+        if found:
+            return found[0]
+    raise ExportError(f"{root} holds no {METADATA}: download the assignment's submissions from Gradescope "
+                      "(Review Grades > Export Submissions) and pass that zip or the folder it unpacks to")
+
+
+def unpack(export: Path, workdir: Path) -> Path:
+    """The export's folder: ``export`` itself, or the zip unpacked under ``workdir`` (once)."""
+    export = Path(export)
+    if export.is_dir():
+        return export
+    if not zipfile.is_zipfile(export):
+        raise ExportError(f"{export} is neither a folder nor a zip")
+    target = Path(workdir) / "export"
+    marker = target / ".unpacked"
+    digest = hashlib.sha256(export.read_bytes()).hexdigest()
+    if not (marker.exists() and marker.read_text() == digest):
+        with zipfile.ZipFile(export) as archive:
+            archive.extractall(target)  # member names are sanitised: no absolute or climbing paths
+        marker.write_text(digest)
+    return target
+
+
+def read_export(export: Path, workdir: Path) -> list[Submission]:
+    """Every submission of the export, in metadata order, then folders the metadata does not name."""
+    import yaml
+
+    root = unpack(export, workdir)
+    metadata_path = _find_metadata(root)
+    try:
+        metadata = _plain(yaml.safe_load(metadata_path.read_text(encoding="utf-8")) or {})
+    except (OSError, yaml.YAMLError) as error:
+        raise ExportError(f"cannot read {metadata_path}: {error}") from error
+    if not isinstance(metadata, dict):
+        raise ExportError(f"{metadata_path} is not a mapping of submission folders to their submitters")
+    folder = metadata_path.parent
+    submissions = []
+    for name, entry in metadata.items():
+        entry = entry if isinstance(entry, dict) else {}
+        students = tuple(Student(str(s.get("name") or ""), str(s.get("sid") or ""), str(s.get("email") or ""))
+                         for s in entry.get("submitters") or [] if isinstance(s, dict))
+        submissions.append(Submission(str(name), folder / str(name), students, str(entry.get("created_at") or "")))
+    named = {submission.id for submission in submissions}
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and path.name not in named and not path.name.startswith("."):
+            submissions.append(Submission(path.name, path, ()))
+    return submissions
+
+
+def submission_hash(path: Path) -> str:
+    """sha256 over every file of the submission folder (names and bytes); a missing folder hashes too."""
+    digest = hashlib.sha256()
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink()) if path.is_dir() else (
+        [path] if path.is_file() else [])
+    for file in files:
+        digest.update(file.relative_to(path).as_posix().encode() if path.is_dir() else file.name.encode())
+        digest.update(b"\0")
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()

@@ -1,0 +1,212 @@
+"""``python -m autograder batch EXPORT --out DIR``: grade every submission of a Gradescope export.
+
+Read by staff grading a class. Each submission is graded by its own ``python -m autograder
+grade`` process (the batch never imports student code), on this machine or on Slurm
+(autograder/batch/executors.py). What it writes under ``--out``:
+
+    submissions/<id>/results.json   the grade (Gradescope's format), as a single grade writes it
+    submissions/<id>/grade.log      that grade's console output
+    submissions/<id>/batch.json     the kit version, submission hash and grade flags it was graded
+                                    with, its status, attempts and seconds (for resumption)
+    scores.csv                      a row per student for Gradescope's score upload (report.py)
+    histogram.md, histogram.png     scores per problem
+    summary.md                      the end summary: counts, throughput, slowest, failures
+
+A rerun skips every submission already graded with the same kit version, submission hash and
+grade flags; a grade that fails (non-zero exit, no results.json) is retried once in the same
+run and then reported (and retried again by the next run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.batch.executors import (
+    Job,
+    Outcome,
+    Progress,
+    SlurmParams,
+    local_devices,
+    run_local,
+    run_submitit,
+    run_with_retry,
+    slurm_script,
+)
+from autograder.batch.export import Submission, read_export, submission_hash
+from autograder.batch.report import class_report
+from autograder.manifest import load_manifest
+
+KIT = Path(__file__).resolve().parents[2]
+# What decides a grade: the grader, the visible and hidden tests, the manifest, the kit's conftest.
+GRADING_FILES = ("autograder/*.py", "autograder/manifest.toml", "autograder/test_durations.toml",
+                 "autograder/grader_pytest.ini", "autograder/hidden_tests/**/*", "tests/**/*.py", "conftest.py")
+EXECUTORS = ("local", "slurm", "submitit-local", "submitit-debug")
+SLACK_S = 600  # a grade's process may run this much past the grade's own total limit before it is killed
+
+
+@dataclass
+class BatchOptions:
+    """Everything ``grade_batch`` needs; autograder/__main__.py fills it from flags."""
+
+    export: Path
+    out: Path
+    executor: str = "local"
+    gpus: str = "auto"
+    jobs: int = 2
+    problems: list[str] | None = None
+    grade_jobs: int | None = None
+    test_timeout: float | None = None
+    timeout: float | None = None
+    slurm: SlurmParams = field(default_factory=SlurmParams)
+    dry_run: bool = False
+    kit: Path = KIT
+
+
+def kit_version(kit: Path = KIT) -> str:
+    """A short hash of every file that decides a grade (GRADING_FILES)."""
+    digest = hashlib.sha256()
+    files = sorted({path for pattern in GRADING_FILES for path in kit.glob(pattern)
+                    if path.is_file() and "__pycache__" not in path.parts})
+    for path in files:
+        digest.update(path.relative_to(kit).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def _grade_flags(options: BatchOptions, gpu: bool) -> list[str]:
+    flags = []
+    if options.problems:
+        flags += ["--problems", ",".join(options.problems)]
+    if options.grade_jobs:
+        flags += ["--jobs", str(options.grade_jobs)]
+    if options.test_timeout:
+        flags += ["--test-timeout", str(options.test_timeout)]
+    if options.timeout:
+        flags += ["--timeout", str(options.timeout)]
+    if gpu:
+        flags.append("--require-gpu")  # a node whose GPU is missing fails the job instead of grading on CPU
+    return flags
+
+
+def _already_graded(folder: Path, key: dict) -> bool:
+    try:
+        record = json.loads((folder / "batch.json").read_text())
+        json.loads((folder / "results.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return record.get("status") == "done" and all(record.get(name) == value for name, value in key.items())
+
+
+def _judge(job: Job, outcome: Outcome) -> str | None:
+    """None when the grade left a results.json and exited 0; else why not."""
+    if outcome.returncode is None:
+        return outcome.error or "the grade never finished"
+    if outcome.returncode != 0:
+        return f"the grade exited with status {outcome.returncode} (see {job.log})"
+    try:
+        results = json.loads((Path(job.log).parent / "results.json").read_text())
+    except (OSError, ValueError) as error:
+        return f"no readable results.json ({error})"
+    return None if isinstance(results, dict) and "score" in results else "results.json has no score"
+
+
+def grade_batch(options: BatchOptions) -> int:
+    """Grade the export; write results, CSV, histograms and the summary. Exit status: 0 when every
+    submission was graded, 1 when some failed twice, 2 when nothing could run."""
+    started = time.monotonic()
+    out = Path(options.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = load_manifest()
+    submissions = read_export(Path(options.export), out)
+    if options.executor == "local":
+        devices = local_devices(options.gpus, options.jobs)
+        gpu = devices[0] is not None
+    else:
+        devices, gpu = [], options.executor == "slurm" or options.gpus not in ("0", "none", "auto")
+    version = kit_version(options.kit)
+    flags = _grade_flags(options, gpu)
+    limit = (options.timeout or manifest.settings.total_timeout_s) + SLACK_S
+    todo: list[Job] = []
+    keys: dict[str, dict] = {}
+    for submission in submissions:
+        folder = out / "submissions" / submission.id
+        key = {"kit_version": version, "submission_hash": submission_hash(submission.path), "grade_flags": flags}
+        keys[submission.id] = key
+        if _already_graded(folder, key):
+            continue
+        argv = (sys.executable, "-m", "autograder", "grade", str(submission.path), "--out", str(folder), *flags)
+        todo.append(Job(submission.id, submission.label, argv, str(options.kit), str(folder / "grade.log"), limit))
+    where = (f"this machine, {len(devices)} {'GPU' if gpu else 'CPU'} slot(s)" if options.executor == "local"
+             else f"{options.executor} (one GPU a job)" if gpu else options.executor)
+    print(f"batch: {len(submissions)} submission(s) in {options.export}; {len(submissions) - len(todo)} already "
+          f"graded with kit {version}; {len(todo)} to grade on {where}", flush=True)
+    if options.dry_run:
+        for job in todo:
+            print("  " + " ".join(job.argv))
+        if options.executor == "slurm":
+            print("batch: --dry-run: the sbatch script of the job array:\n")
+            print(slurm_script(out / "slurm", options.slurm, max(1, len(todo))))
+        return 0
+    for job in todo:
+        for stale in ("results.json", "batch.json"):
+            (Path(job.log).parent / stale).unlink(missing_ok=True)
+
+    progress = Progress("grades")
+    if options.executor == "local":
+        def run(jobs):
+            return run_local(jobs, devices, _judge, progress)
+    else:
+        cluster = {"slurm": "slurm", "submitit-local": "local", "submitit-debug": "debug"}[options.executor]
+
+        def run(jobs):
+            return run_submitit(jobs, out / "slurm", cluster, options.slurm, _judge, progress,
+                                poll_s=2.0 if cluster != "slurm" else 15.0, gpus=gpu)
+    batch = run_with_retry(todo, run, _judge)
+    for job in todo:
+        outcome = batch.outcomes.get(job.key)
+        record = {**keys[job.key], "status": "failed" if job.key in batch.failures else "done",
+                  "attempts": batch.attempts.get(job.key, 0), "seconds": round(outcome.seconds, 1) if outcome else None,
+                  "returncode": outcome.returncode if outcome else None, "host": outcome.host if outcome else "",
+                  "device": outcome.device if outcome else None, "failure": batch.failures.get(job.key, "")}
+        (Path(job.log).parent / "batch.json").write_text(json.dumps(record, indent=1))
+    graded = []
+    for submission in submissions:
+        folder = out / "submissions" / submission.id
+        status, results = "graded", None
+        if submission.id in batch.failures:
+            status = f"failed: {batch.failures[submission.id]}"
+        else:
+            try:
+                results = json.loads((folder / "results.json").read_text())
+            except (OSError, ValueError):
+                status = "not graded"
+        graded.append((submission, results, status))
+    csv_path, markdown, png = class_report(out, manifest, graded, options.problems)
+    summary = _summary(submissions, todo, batch, progress, time.monotonic() - started, where, version)
+    summary += ["", f"- CSV: {csv_path}", f"- histograms: {markdown}" + (f", {png}" if png else ""),
+                f"- results and logs: {out / 'submissions'}/<id>/"]
+    (out / "summary.md").write_text("\n".join(summary) + "\n")
+    print("\n".join(summary), flush=True)
+    return 1 if batch.failures else 0
+
+
+def _summary(submissions: list[Submission], todo: list[Job], batch, progress: Progress, seconds: float,
+             where: str, version: str) -> list[str]:
+    graded = len(todo) - len(batch.failures)
+    rate = graded / (seconds / 3600) if seconds > 0 and graded else 0.0
+    retried = sum(1 for key, attempts in batch.attempts.items() if attempts > 1)
+    lines = ["# Batch grade", "",
+             f"- kit {version}; {len(submissions)} submissions; graded now {graded}, skipped (already graded) "
+             f"{len(submissions) - len(todo)}, failed {len(batch.failures)} (retried {retried})",
+             f"- on {where}, {seconds:.0f} s wall: {rate:.1f} submissions per hour"]
+    slowest = progress.slowest()
+    if slowest:
+        lines.append("- slowest: " + "; ".join(f"{label} {s:.0f} s" for label, s in slowest))
+    for key, why in batch.failures.items():
+        lines.append(f"- FAILED {key} ({progress.labels.get(key, key)}): {why}")
+    return lines
