@@ -31,7 +31,7 @@ def _function(adapters, implementation: str):
 def test_flash_backward_cs336_shape(adapters, implementation, is_causal):
     """The CS336 case: batch 4, 128 queries, 128 keys, d 64, float32, random dO."""
     case = FlashCase(batch=4, n_queries=128, n_keys=128, d=64, dtype=torch.float32, is_causal=is_causal, device=DEVICE)
-    check_backward(_function(adapters, implementation), case)
+    check_backward(_function(adapters, implementation), case, implementation)
 
 
 @given(
@@ -45,8 +45,8 @@ def test_flash_backward_cs336_shape(adapters, implementation, is_causal):
 def test_flash_backward_pytorch_any_shape(adapters, case):
     """PyTorch backward: any shape, dtype (bfloat16 too), causal or not, strided inputs and dO."""
     function = _function(adapters, "pytorch")
-    note(f"repro: {case.repro(function.__name__)}, then backward with dO = case.make_grad_output()")
-    check_backward(function, case)
+    note(f"rerun: {case.command('pytorch', 'backward')}")
+    check_backward(function, case, "pytorch")
 
 
 @given(
@@ -57,8 +57,8 @@ def test_flash_backward_pytorch_any_shape(adapters, case):
 def test_flash_backward_triton_any_shape(adapters, case):
     """Triton backward: any shape, dtype, causal or not, strided inputs and dO."""
     function = _function(adapters, "triton")
-    note(f"repro: {case.repro(function.__name__)}, then backward with dO = case.make_grad_output()")
-    check_backward(function, case)
+    note(f"rerun: {case.command('triton', 'backward')}")
+    check_backward(function, case, "triton")
 
 
 @pytest.mark.gpu
@@ -67,4 +67,4 @@ def test_flash_backward_triton_any_shape(adapters, case):
 def test_flash_backward_half_precision_gpu(adapters, implementation, dtype):
     """Half precision, causal, at a size where tiles and masks matter: (4, 1000, 1537, 64)."""
     case = FlashCase(batch=4, n_queries=1000, n_keys=1537, d=64, dtype=dtype, is_causal=True, seed=11, device="cuda")
-    check_backward(_function(adapters, implementation), case)
+    check_backward(_function(adapters, implementation), case, implementation)

@@ -27,7 +27,7 @@ def _function(adapters):
 def test_flash_forward_pytorch_cs336_shape(adapters, is_causal):
     """The CS336 case: batch 4, 128 queries, 128 keys, d 64, float32."""
     case = FlashCase(batch=4, n_queries=128, n_keys=128, d=64, dtype=torch.float32, is_causal=is_causal, device=DEVICE)
-    check_forward(_function(adapters), case)
+    check_forward(_function(adapters), case, "pytorch")
 
 
 @given(
@@ -42,8 +42,16 @@ def test_flash_forward_pytorch_cs336_shape(adapters, is_causal):
 def test_flash_forward_pytorch_any_shape(adapters, case):
     """Any batch, n_queries != n_keys, odd sizes, every d and dtype, causal or not, strided inputs."""
     function = _function(adapters)
-    note(f"repro: {case.repro(function.__name__)}")
-    check_forward(function, case)
+    note(f"rerun: {case.command('pytorch', 'forward')}")
+    check_forward(function, case, "pytorch")
+
+
+def test_flash_forward_pytorch_beyond_float16_range(adapters):
+    """Float32 inputs with |V| near 1e5, past float16's largest value (65504): an output
+    accumulator (or O) kept in 16 bits overflows to inf. Keep the arithmetic in float32."""
+    case = FlashCase(batch=2, n_queries=70, n_keys=150, d=32, dtype=torch.float32, is_causal=True, layout="sliced",
+                     seed=5, device=DEVICE, v_scale=1e5)
+    check_forward(_function(adapters), case, "pytorch")
 
 
 @pytest.mark.parametrize("bad", BAD_INPUTS, ids=[bad.name for bad in BAD_INPUTS])

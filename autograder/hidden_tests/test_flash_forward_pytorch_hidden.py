@@ -40,27 +40,27 @@ SHAPE_CASES = [
 
 @pytest.mark.parametrize("case", SHAPE_CASES, ids=case_id)
 def test_flash_forward_pytorch_hidden_shapes(adapters, case):
-    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case)
+    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")
 
 
 def test_flash_forward_pytorch_hidden_saved_tensors(adapters):
     case = hidden_case("fp-saved", batch=2, n_queries=96, n_keys=80, d=16, dtype=F32, is_causal=True)
-    check_saved_tensors(adapters.get_flashattention_autograd_function_pytorch(), case)
+    check_saved_tensors(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")
 
 
 def test_flash_forward_pytorch_hidden_repeat_call(adapters):
     case = hidden_case("fp-repeat", batch=2, n_queries=70, n_keys=45, d=32, dtype=F16, is_causal=True)
-    check_repeat_call(adapters.get_flashattention_autograd_function_pytorch(), case)
+    check_repeat_call(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")
 
 
 def test_flash_forward_pytorch_hidden_compiled(adapters):
     case = hidden_case("fp-compile", batch=2, n_queries=40, n_keys=24, d=16, dtype=F32, is_causal=True)
-    check_compiled(adapters.get_flashattention_autograd_function_pytorch(), case, backward=False)
+    check_compiled(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch", backward=False)
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_flash_forward_pytorch_hidden_large_logits(adapters, is_causal):
-    check_large_logits(adapters.get_flashattention_autograd_function_pytorch(), batch=2, n=80, d=64,
+    check_large_logits(adapters.get_flashattention_autograd_function_pytorch(), "pytorch", batch=2, n=80, d=64,
                        is_causal=is_causal, seed=hidden_seed(f"fp-large-{is_causal}"), device=DEVICE, backward=False)
 
 
@@ -68,7 +68,26 @@ def test_flash_forward_pytorch_hidden_long_flat_softmax(adapters):
     """4096 keys with nearly equal scores (Q scaled by 0.1): the running sum reaches ~4096, where
     bfloat16 spacing is 32, so a running sum kept in bfloat16 loses whole tiles. L must stay exact."""
     case = hidden_case("fp-flat", batch=2, n_queries=64, n_keys=4096, d=64, dtype=BF16, q_scale=0.1)
-    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case)
+    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")
+
+
+BEYOND_FLOAT16_CASES = [
+    hidden_case("fp-vlarge-a", batch=2, n_queries=70, n_keys=300, d=32, dtype=F32, is_causal=True, v_scale=1e5),
+    hidden_case("fp-vlarge-b", batch=1, n_queries=33, n_keys=1000, d=64, dtype=F32, layout="mixed", v_scale=1e5),
+]
+
+
+@pytest.mark.parametrize("case", BEYOND_FLOAT16_CASES, ids=case_id)
+def test_flash_forward_pytorch_hidden_beyond_float16(adapters, case):
+    """Float32 inputs with |V| ~ 1e5: an accumulator or O kept in float16 overflows (65504)."""
+    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")
+
+
+def test_flash_forward_pytorch_hidden_long_flat_softmax_float16(adapters):
+    """4096 nearly equal float16 scores: a running sum kept in float16 (spacing 4 near 4096)
+    rounds away part of each tile, and L, held to 5e-4, shows it."""
+    case = hidden_case("fp-flat16", batch=1, n_queries=64, n_keys=4096, d=64, dtype=F16, q_scale=0.1)
+    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")
 
 
 @pytest.mark.gpu
@@ -76,4 +95,4 @@ def test_flash_forward_pytorch_hidden_long_flat_softmax(adapters):
 def test_flash_forward_pytorch_hidden_large_gpu(adapters, dtype):
     case = hidden_case("fp-gpu", batch=4, n_queries=2049, n_keys=4000, d=64, dtype=dtype, is_causal=True,
                        layout="mixed", device="cuda")
-    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case)
+    check_forward(adapters.get_flashattention_autograd_function_pytorch(), case, "pytorch")

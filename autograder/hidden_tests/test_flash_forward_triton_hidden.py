@@ -40,17 +40,17 @@ SHAPE_CASES = [
 
 @pytest.mark.parametrize("case", SHAPE_CASES, ids=case_id)
 def test_flash_forward_triton_hidden_shapes(adapters, case):
-    check_forward(adapters.get_flashattention_autograd_function_triton(), case)
+    check_forward(adapters.get_flashattention_autograd_function_triton(), case, "triton")
 
 
 def test_flash_forward_triton_hidden_saved_tensors(adapters):
     case = hidden_case("ft-saved", batch=2, n_queries=96, n_keys=80, d=16, dtype=F32, is_causal=True)
-    check_saved_tensors(adapters.get_flashattention_autograd_function_triton(), case)
+    check_saved_tensors(adapters.get_flashattention_autograd_function_triton(), case, "triton")
 
 
 def test_flash_forward_triton_hidden_repeat_call(adapters):
     case = hidden_case("ft-repeat", batch=2, n_queries=70, n_keys=45, d=32, dtype=F16, is_causal=True)
-    check_repeat_call(adapters.get_flashattention_autograd_function_triton(), case)
+    check_repeat_call(adapters.get_flashattention_autograd_function_triton(), case, "triton")
 
 
 @pytest.mark.gpu
@@ -59,13 +59,27 @@ def test_flash_forward_triton_hidden_compiled_gpu(adapters):
     cannot trace, which says nothing about the kernel, so the check would only punish it."""
     case = hidden_case("ft-compile", batch=2, n_queries=1000, n_keys=257, d=64, dtype=BF16, is_causal=True,
                        device="cuda")
-    check_compiled(adapters.get_flashattention_autograd_function_triton(), case, backward=False)
+    check_compiled(adapters.get_flashattention_autograd_function_triton(), case, "triton", backward=False)
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_flash_forward_triton_hidden_large_logits(adapters, is_causal):
-    check_large_logits(adapters.get_flashattention_autograd_function_triton(), batch=1, n=48, d=64,
+    check_large_logits(adapters.get_flashattention_autograd_function_triton(), "triton", batch=1, n=48, d=64,
                        is_causal=is_causal, seed=hidden_seed(f"ft-large-{is_causal}"), device=DEVICE, backward=False)
+
+
+def test_flash_forward_triton_hidden_beyond_float16(adapters):
+    """Float32 inputs with |V| ~ 1e5: an accumulator kept in float16 overflows (65504)."""
+    case = hidden_case("ft-vlarge", batch=1, n_queries=40, n_keys=200, d=32, dtype=F32, is_causal=True,
+                       layout="transposed", v_scale=1e5)
+    check_forward(adapters.get_flashattention_autograd_function_triton(), case, "triton")
+
+
+def test_flash_forward_triton_hidden_long_flat_softmax_float16(adapters):
+    """2048 nearly equal float16 scores: a running sum kept in float16 loses part of each tile,
+    and L, held to 5e-4, shows it."""
+    case = hidden_case("ft-flat16", batch=1, n_queries=32, n_keys=2048, d=32, dtype=F16, q_scale=0.1)
+    check_forward(adapters.get_flashattention_autograd_function_triton(), case, "triton")
 
 
 GPU_CASES = [
@@ -82,7 +96,7 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=case_id)
 def test_flash_forward_triton_hidden_shapes_gpu(adapters, case):
-    check_forward(adapters.get_flashattention_autograd_function_triton(), case)
+    check_forward(adapters.get_flashattention_autograd_function_triton(), case, "triton")
 
 
 @pytest.mark.gpu
@@ -90,4 +104,4 @@ def test_flash_forward_triton_hidden_leaderboard_shape_gpu(adapters):
     """The leaderboard shape: (16, 16384, 64), causal, bfloat16, against float32 chunks."""
     case = hidden_case("ft-16k", batch=16, n_queries=16384, n_keys=16384, d=64, dtype=BF16, is_causal=True,
                        device="cuda")
-    check_forward(adapters.get_flashattention_autograd_function_triton(), case)
+    check_forward(adapters.get_flashattention_autograd_function_triton(), case, "triton")

@@ -12,6 +12,10 @@ and backward with a random dO, and records per quantity (O, L, dQ, dK, dV):
 ``--submission emulated`` measures a stand-in for a typical GPU kernel instead
 (``EmulatedTensorCoreAttention``: matmul operands rounded to the input dtype, tf32 for float32,
 float32 accumulation), so that a CPU run also bounds what tensor cores do to a correct kernel.
+``--submission emulated-ieee`` is the same with float32 operands left unrounded: plain float32
+arithmetic in another order than the reference's (the bound a PyTorch Function in float32 is
+held to). ``--v-scale 1e5`` multiplies V (and so O) by that factor, as the cases that no 16-bit
+accumulator survives do.
 
 Run from the repo root (each submission runs in its own process, as the tests do):
 
@@ -36,14 +40,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 QUANTITIES = ("O", "L", "dQ", "dK", "dV")
 EMULATED = "emulated"  # pseudo-submission: EmulatedTensorCoreAttention below
+EMULATED_IEEE = "emulated-ieee"  # the same with float32 operands unrounded (plain float32 arithmetic)
 Q_SCALES = (0.1, 1.0, 2.0)  # the Q scales the tests use: flat, standard and sharp softmax
 
 
-def _round_operand(x, dtype):
+def _round_operand(x, dtype, tf32: bool = True):
     """Round a float32 tensor the way a tensor-core dot rounds its operands: to ``dtype``, or to
-    tf32 (10 explicit mantissa bits, round to nearest) when ``dtype`` is float32."""
+    tf32 (10 explicit mantissa bits, round to nearest) when ``dtype`` is float32 (unless not ``tf32``)."""
     import torch
 
+    if dtype == torch.float32 and not tf32:
+        return x.float()
     if dtype != torch.float32:
         return x.to(dtype).float()
     bits = x.float().contiguous().view(torch.int32)
@@ -58,9 +65,10 @@ class EmulatedTensorCoreAttention:
     stashes what the measuring loop reads."""
 
     __name__ = "EmulatedTensorCoreAttention"
+    tf32 = True
 
-    @staticmethod
-    def run(Q, K, V, dO, is_causal):
+    @classmethod
+    def run(cls, Q, K, V, dO, is_causal):
         import math
 
         import torch
@@ -68,7 +76,7 @@ class EmulatedTensorCoreAttention:
         from tests.flash_reference import causal_bias
 
         dtype = Q.dtype
-        r = lambda t: _round_operand(t.detach().float(), dtype)  # noqa: E731
+        r = lambda t: _round_operand(t.detach().float(), dtype, cls.tf32)  # noqa: E731
         scale = 1.0 / math.sqrt(Q.shape[-1])
         s = r(Q) @ r(K).transpose(1, 2) * scale  # (B, Nq, Nk)
         if is_causal:
@@ -84,8 +92,15 @@ class EmulatedTensorCoreAttention:
         return o, lse, dq.to(dtype), dk.to(dtype), dv.to(dtype)
 
 
+class EmulatedFloat32Attention(EmulatedTensorCoreAttention):
+    """EmulatedTensorCoreAttention without tf32: float32 operands stay float32."""
+
+    __name__ = "EmulatedFloat32Attention"
+    tf32 = False
+
+
 def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, functions: list[str],
-                            dtype_names: list[str] | None = None) -> list[dict]:
+                            dtype_names: list[str] | None = None, v_scale: float = 1.0) -> list[dict]:
     """Run in a child process: measure one submission; return one row per (function, dtype).
     ``dtype_names`` (e.g. ["bfloat16"]) restricts the dtypes; None measures all three."""
     import torch
@@ -94,10 +109,10 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
     from tests.submission import load_adapters
 
     cuda = torch.cuda.is_available()
-    if submission == EMULATED:
-        getters = {"pytorch": lambda: EmulatedTensorCoreAttention, "triton": lambda: EmulatedTensorCoreAttention}
+    if submission in (EMULATED, EMULATED_IEEE):
+        emulation = EmulatedTensorCoreAttention if submission == EMULATED else EmulatedFloat32Attention
+        getters = {"emulated": lambda: emulation}
         functions = ["emulated"]
-        getters["emulated"] = getters["pytorch"]
     else:
         adapters = load_adapters(Path(submission))
         getters = {
@@ -109,7 +124,7 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
     for name in functions:
         function = getters[name]()
         dtypes = [torch.float32, torch.float16, torch.bfloat16]
-        if name == "triton" and not cuda and submission != EMULATED:
+        if name == "triton" and not cuda:
             dtypes = [torch.float32, torch.float16]
         if dtype_names:
             dtypes = [t for t in dtypes if str(t).removeprefix("torch.") in dtype_names]
@@ -127,10 +142,11 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
                     seed=rng.randrange(2**31),
                     device="cuda" if cuda else "cpu",
                     q_scale=rng.choice(Q_SCALES),
+                    v_scale=v_scale,
                 )
                 Q, K, V = case.make_inputs(requires_grad=True)
                 dO = case.make_grad_output()
-                if function is EmulatedTensorCoreAttention:
+                if isinstance(function, type) and issubclass(function, EmulatedTensorCoreAttention):
                     O, L, *grads = function.run(Q, K, V, dO, case.is_causal)
                 else:
                     O = function.apply(Q, K, V, case.is_causal)
@@ -175,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="float32,float16,bfloat16",
                         help="comma-separated dtypes to measure (on a GPU each new case compiles kernels: "
                              "'--functions triton --dtypes bfloat16 --cases 30' takes minutes, all of them far longer)")
+    parser.add_argument("--v-scale", type=float, default=1.0, help="multiply V by this (1e5: past the float16 range)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     submissions = args.submission or ["reference"]
@@ -186,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--dtypes: unknown {sorted(unknown)}; use float32, float16 and/or bfloat16")
 
     if args.child:
-        rows = _measure_one_submission(submissions[0], args.cases, args.max_n, args.seed, functions, dtype_names)
+        rows = _measure_one_submission(submissions[0], args.cases, args.max_n, args.seed, functions, dtype_names,
+                                       args.v_scale)
         print("ROWS " + json.dumps(rows))
         return 0
 
@@ -202,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.executable, "-m", "autograder.tools.measure_tolerances", "--child",
             "--submission", submission, "--cases", str(args.cases), "--max-n", str(max_n),
             "--seed", str(args.seed), "--functions", args.functions, "--dtypes", args.dtypes,
+            "--v-scale", str(args.v_scale),
         ]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
@@ -210,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         line = [x for x in done.stdout.splitlines() if x.startswith("ROWS ")][-1]
         rows.extend(json.loads(line[5:]))
 
-    print(f"max over {args.cases} random cases per row (n_queries, n_keys <= {max_n}, Q scales {Q_SCALES})")
+    print(f"max over {args.cases} random cases per row (n_queries, n_keys <= {max_n}, Q scales {Q_SCALES}, "
+          f"V scale {args.v_scale:g})")
     print("each cell: needed tol (max abs error)\n")
     print("| submission | function | dtype | device | " + " | ".join(QUANTITIES) + " |")
     print("| --- | --- | --- | --- | " + " | ".join("---" for _ in QUANTITIES) + " |")

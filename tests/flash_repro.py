@@ -1,0 +1,63 @@
+"""Rerun one FlashAttention-2 check from the command line, exactly as a failing test ran it.
+
+Every FlashAttention-2 failure prints a command of this form (``FlashCase.command``); paste it
+at the root of your checkout:
+
+    TRITON_INTERPRET=1 python -m tests.flash_repro triton forward \\
+        "FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3)"
+
+It loads ``adapters.py`` from the current directory (or ``--submission DIR``), builds the
+case's inputs, runs the same check as the test (``check_forward`` or ``check_backward`` of
+tests/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
+message. ``TRITON_INTERPRET=1`` is how the tests run Triton without a GPU; it must be set
+before triton is imported, so it goes in front of the command (leave it out on a GPU machine,
+where the case says ``device='cuda'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("implementation", choices=("pytorch", "triton"))
+    parser.add_argument("check", choices=("forward", "backward"))
+    parser.add_argument("case", help='a FlashCase(...) expression, as printed by the failing test')
+    parser.add_argument("--submission", default=".", help="directory holding adapters.py (default: .)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
+              "with TRITON_INTERPRET=1", file=sys.stderr)
+    root = Path(args.submission).resolve()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.executor.interpreter import single_autotune_config
+    from tests.flash_cases import FlashCase, check_backward, check_forward
+    from tests.submission import load_adapters
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        single_autotune_config()  # as the tests do: one config per @triton.autotune under the interpreter
+    case = eval(args.case, {"FlashCase": FlashCase, "torch": torch})  # noqa: S307  the user's own command line
+    if not isinstance(case, FlashCase):
+        parser.error("the case must be a FlashCase(...) expression")
+    adapters = load_adapters(root)
+    function = (adapters.get_flashattention_autograd_function_pytorch() if args.implementation == "pytorch"
+                else adapters.get_flashattention_autograd_function_triton())
+    check = check_forward if args.check == "forward" else check_backward
+    try:
+        check(function, case, args.implementation)
+    except AssertionError as failure:
+        print(f"failed: {failure}")
+        return 1
+    print("passed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
