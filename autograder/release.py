@@ -3,7 +3,9 @@
 Read by staff before each offering; run ``python -m autograder release --out dist/student``.
 The release holds exactly what a student needs (the list is ``RELEASED`` below): the stubs,
 the adapters, the visible tests and their conftest, the handout, the setup and submission
-scripts, and a student README and pyproject (whose ``pytest`` runs ``tests/``). It never
+scripts, a student README and pyproject (whose ``pytest`` runs ``tests/`` with short
+tracebacks), and ``tests/points.toml``, what each visible test is worth for the local score
+``python -m tests.score`` (autograder/student_points.py; no hidden test is named). It never
 holds ``reference/``, ``autograder/`` (hidden tests, grader, fixtures) or ``leaderboard/``
 (whose cheat fixtures would teach cheating); autograder/selftests/test_release.py proves it
 by path and by content.
@@ -14,6 +16,8 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+
+from autograder.student_points import POINTS_FILE, points_toml, visible_points
 
 KIT = Path(__file__).resolve().parent.parent
 STUDENT_README = Path(__file__).resolve().parent / "student_readme.md"
@@ -42,11 +46,16 @@ class ReleaseError(RuntimeError):
 
 
 def student_pyproject(text: str) -> str:
-    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only."""
+    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only, and short tracebacks."""
     new, count = re.subn(r"(?m)^(#[^\n]*\n)*testpaths\s*=\s*\[[^\]]*\]",
                          '# Plain `pytest` runs the visible tests.\ntestpaths = ["tests"]', text)
     if count != 1:
         raise ReleaseError("pyproject.toml has no single `testpaths = [...]` line to rewrite for students")
+    new, count = re.subn(r'(?m)^addopts\s*=\s*"([^"\n]*)"',
+                         lambda match: "# Short tracebacks (the test's line and the message); `--tb=long` for all.\n"
+                                       f'addopts = "{match.group(1)} --tb=short"', new)
+    if count != 1:
+        raise ReleaseError('pyproject.toml has no single `addopts = "..."` line to add --tb=short to for students')
     return new
 
 
@@ -92,6 +101,7 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
         _copy_tree(source, out / name)
     (out / "README.md").write_text(STUDENT_README.read_text())
     (out / "pyproject.toml").write_text(student_pyproject((kit / "pyproject.toml").read_text()))
+    (out / POINTS_FILE).write_text(points_toml(visible_points(kit)))  # for `python -m tests.score`
     (out / "setup.sh").write_text(student_setup((kit / "setup.sh").read_text()))
     (out / ".gitignore").write_text(_GITIGNORE)
     for script in ("setup.sh", "make_submission.sh"):

@@ -1,0 +1,141 @@
+"""Your local score: run the visible tests, then print the grader's per-problem table for them.
+
+    python -m tests.score                                   # every visible test
+    python -m tests.score tests/test_flash_forward_pytorch.py   # pytest arguments pick tests
+
+Run it from the assignment folder (``make_submission.sh`` runs it too). Each test is worth what
+the grader gives it: ``tests/points.toml`` lists that (in the course's own repository, where that
+file does not exist, the same numbers are computed from the grader's points table). A test
+earns its points only if it passes; a skipped test earns none, except that tests marked ``gpu``
+are "not graded here" on a machine without CUDA, as on the grader's CPU runners.
+
+The grader also runs hidden tests, which hold the rest of each problem's points: this table
+shows only what the visible tests are worth, so the final grade can be lower than it suggests.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+POINTS_FILE = Path(__file__).resolve().parent / "points.toml"
+PYTEST_ARGS = ("-q", "--tb=no", "-rfE")  # the failures are one line each; the table follows
+GPU_SKIP = "needs a CUDA GPU"
+
+
+@dataclass
+class Outcome:
+    """One visible test's result: status is "passed", "failed" or "not_graded" (needs a GPU)."""
+
+    key: str  # "<file name>::<test name>", as in the grader's table
+    status: str
+    gpu: bool
+
+
+def load_points() -> dict:
+    """The points table: tests/points.toml, or, in the course's repository, the grader's own numbers."""
+    if POINTS_FILE.is_file():
+        return tomllib.loads(POINTS_FILE.read_text())
+    if (ROOT / "autograder" / "student_points.py").is_file():
+        from autograder.student_points import visible_points
+
+        return visible_points(ROOT)
+    raise SystemExit(f"[score] {POINTS_FILE.relative_to(ROOT)} is missing: it comes with the assignment; "
+                     "restore it (for example with `git checkout tests/points.toml`)")
+
+
+def _key(nodeid: str) -> str:
+    path, _, name = nodeid.partition("::")
+    return f"{Path(path).name}::{name}" if name else Path(path).name
+
+
+class Recorder:
+    """A pytest plugin that keeps each test's outcome as the grader judges it."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.gpu: dict[str, bool] = {}
+        self.phases: dict[str, list] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        self.gpu = {item.nodeid: item.get_closest_marker("gpu") is not None for item in items}
+
+    def pytest_runtest_logreport(self, report):
+        self.phases.setdefault(report.nodeid, []).append(report)
+
+    def outcomes(self) -> list[Outcome]:
+        found = []
+        for nodeid, reports in self.phases.items():
+            gpu = self.gpu.get(nodeid, False)
+            if any(report.failed for report in reports):
+                status = "failed"
+            elif any(report.skipped for report in reports):
+                status = "not_graded" if gpu and not self.cuda else "failed"  # any other skip earns nothing
+            elif any(report.when == "call" and report.passed for report in reports):
+                status = "passed"
+            else:
+                status = "failed"
+            found.append(Outcome(_key(nodeid), status, gpu))
+        return found
+
+
+def format_table(outcomes: list[Outcome], points: dict) -> str:
+    """The grader's per-problem table (autograder/results.py's layout) for the visible tests."""
+    tests = points["tests"]
+    header = f"{'section':<8}{'problem':<24}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
+    lines = [header, "-" * len(header)]
+    total = maximum = gpu_points = 0.0
+    ran = {outcome.key: outcome for outcome in outcomes}
+    for name, problem in points["problems"].items():
+        keys = [key for key, test in tests.items() if test["problem"] == name]
+        mine = [ran[key] for key in keys if key in ran]
+        if not mine:
+            continue
+        graded = [outcome for outcome in mine if outcome.status != "not_graded"]
+        passed = sum(outcome.status == "passed" for outcome in graded)
+        gpu = [outcome for outcome in mine if outcome.status == "not_graded"]
+        score = sum(tests[outcome.key]["points"] for outcome in mine if outcome.status == "passed")
+        top = sum(tests[outcome.key]["points"] for outcome in mine)
+        gpu_top = sum(tests[outcome.key]["points"] for outcome in gpu)
+        total, maximum, gpu_points = total + score, maximum + top, gpu_points + gpu_top
+        mark = "  < lost points" if score + 1e-9 < top - gpu_top else ""
+        lines.append(f"{problem['section']:<8}{name:<24}{f'{passed}/{len(graded)}':>9}{'-':>9}"
+                     f"{(str(len(gpu)) if gpu else '-'):>11}{f'{score:.2f} / {top:.2f}':>15}{mark}")
+    lines.append("-" * len(header))
+    percent = 100.0 * total / maximum if maximum else 0.0
+    lines.append(f"{'total (visible tests)':<32}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
+    if gpu_points > 0:
+        lines.append(f"{gpu_points:.2f} of these points are for tests that need a GPU (not run on this machine; "
+                     "the grader runs them on a GPU).")
+    all_points = sum(problem["points"] for problem in points["problems"].values())
+    visible_points = sum(problem["visible_points"] for problem in points["problems"].values())
+    lines.append(f"Hidden tests count too: the grader also runs hidden tests, worth the other "
+                 f"{all_points - visible_points:.2f} of the assignment's {all_points:.2f} points.")
+    missing = [key for key in tests if key not in ran]
+    if missing and len(missing) < len(tests):
+        lines.append(f"{len(missing)} visible tests did not run (not selected), so their points are not counted here.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    points = load_points()
+    recorder = Recorder(cuda=torch.cuda.is_available())
+    code = pytest.main([*PYTEST_ARGS, *(argv or ["tests"])], plugins=[recorder])
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        print(f"[score] pytest stopped with exit status {int(code)}: fix that first (no score)")
+        return int(code)
+    print()
+    print(format_table(recorder.outcomes(), points))
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
