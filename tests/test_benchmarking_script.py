@@ -170,8 +170,13 @@ def test_benchmark_model_on_gpu_synchronizes(lm_spy, use_bf16):
     assert lm_spy.cuda_syncs >= 5, (
         f"every one of the 5 steps must end with torch.cuda.synchronize(); it ran {lm_spy.cuda_syncs} times"
     )
-    assert len(result["times"]) == 3 and all(t > 0 for t in result["times"])
-    assert set(lm_spy.logits_dtypes) == {torch.bfloat16 if use_bf16 else torch.float32}
+    assert len(result["times"]) == 3 and all(t > 0 for t in result["times"]), (
+        f"measure_steps=3 must give 3 positive times (seconds); got {result['times']}"
+    )
+    expected = torch.bfloat16 if use_bf16 else torch.float32
+    assert set(lm_spy.logits_dtypes) == {expected}, (
+        f"with use_bf16={use_bf16} the logits must be {expected} (bf16 autocast only when asked); got {lm_spy.logits_dtypes}"
+    )
 
 
 # ----------------------------------------------------------------------------- the CLI

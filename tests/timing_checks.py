@@ -155,7 +155,8 @@ def check_real_sync_is_timed(time_steps: TimeSteps, sync_s: float = 0.03, warmup
     )
     assert len(times) == 3, f"expected 3 times for measure_steps=3; got {times}"
     assert all(t >= sync_s for t in times), (
-        f"each step's time must include the synchronize() after it, which sleeps {sync_s} s here; got {times}"
+        f"each step's time must include the synchronize() after it, which sleeps {sync_s} s here; got {times}. "
+        "Read the timer the second time after synchronize() returns."
     )
     assert all(t < warmup_s for t in times), (
         f"the warm-up step (which sleeps {warmup_s} s) must not be timed; got {times}"
