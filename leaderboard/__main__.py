@@ -3,6 +3,7 @@
     python -m leaderboard run SUBMISSION --name NAME [--quick] [--dry-run] [--repeats N] [--store PATH] [--unisolated]
     python -m leaderboard table [--store PATH] [--out DIR] [--all]
     python -m leaderboard selftest [--dry-run] [--out DIR] [--only NAME ...] [--unisolated]
+    python -m leaderboard batch EXPORT [--out DIR] [--executor local|slurm] [--gpus auto] [--quick] [--dry-run]
 
 Run ``run`` and ``selftest`` as root: the submission then runs as an unprivileged uid of its own.
 
@@ -89,6 +90,23 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    from autograder.batch.executors import SlurmParams
+    from autograder.batch.export import ExportError
+
+    from leaderboard.batch import leaderboard_batch
+
+    extra = [tuple(item.split("=", 1)) for item in args.slurm_extra or [] if "=" in item]
+    args.slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
+                             cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
+                             job_name=args.job_name, extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
+    try:
+        return leaderboard_batch(args)
+    except ExportError as error:
+        print(f"leaderboard batch: {error}", file=sys.stderr)
+        return 2
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -125,6 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
     selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     selftest.set_defaults(handler=cmd_selftest)
+
+    from autograder.__main__ import add_batch_flags
+
+    batch = commands.add_parser("batch", help="time every submission of a Gradescope export, one GPU each, and "
+                                "write the table")
+    add_batch_flags(batch, "cs336-leaderboard")
+    batch.add_argument("--out", type=Path, default=DEFAULT_STORE.parent / "batch",
+                       help="folder for each run's log and record (default leaderboard/results/batch)")
+    batch.add_argument("--store", type=Path, default=None,
+                       help="results store the records join (default leaderboard/results/records.jsonl; "
+                            "with --timing-dry-run, OUT/records.jsonl)")
+    batch.add_argument("--table-out", type=Path, default=None, help="folder for leaderboard.md/png (default: the store's)")
+    batch.add_argument("--quick", action="store_true", help="short timings (rep 1 s); not ranked")
+    batch.add_argument("--timing-dry-run", dest="dry_run_timing", action="store_true",
+                       help="CPU: each run is a leaderboard run --dry-run (tests the pipeline; times mean nothing)")
+    batch.add_argument("--repeats", type=positive_int, default=1, help="official loops per run (default 1)")
+    batch.set_defaults(handler=cmd_batch)
     return parser
 
 

@@ -137,3 +137,15 @@ def test_dry_run_prints_the_exact_sbatch_parameters(tmp_path):
         assert line in result.stdout, (line, result.stdout)
     assert "autograder grade" in result.stdout and "--require-gpu" in result.stdout
     assert not (tmp_path / "out" / "submissions").exists(), "a dry run grades nothing"
+
+
+def test_leaderboard_batch_dry_run_lists_one_timing_per_submission(tmp_path):
+    tmp_path.chmod(0o755)
+    export = build_export(tmp_path, as_zip=False, only=["submission_281934011", "submission_281934022"])
+    command = [sys.executable, "-m", "leaderboard", "batch", str(export), "--out", str(tmp_path / "lb"),
+               "--executor", "slurm", "--dry-run", "--partition", "gpu"]
+    result = subprocess.run(command, cwd=KIT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    runs = [line for line in result.stdout.splitlines() if " -m leaderboard run " in line]
+    assert len(runs) == 2 and "--name Ada Lovelace, Charles Babbage" in runs[0]
+    assert "#SBATCH --gpus-per-node=1" in result.stdout and "#SBATCH --array=0-1%2" in result.stdout
