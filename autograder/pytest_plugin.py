@@ -53,9 +53,20 @@ def _read_key(fd: int) -> bytes:
     return key
 
 
+def head_and_tail(text: str, limit: int) -> str:
+    """``text`` in at most about ``limit`` characters: its start and its end, with a marker
+    between. The start holds the first failure (Hypothesis reports its first falsifying example
+    and that example's error there), the end the last lines of the last traceback."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    marker = f"\n... [{len(text) - limit} characters left out] ...\n"
+    return text[:head] + marker + text[len(text) - (limit - head):]
+
+
 def _text(report) -> str:
     text = getattr(report, "longreprtext", "") or ""
-    return text[-_MAX_TEXT:]
+    return head_and_tail(text, _MAX_TEXT)
 
 
 def _crash_line(report) -> str:

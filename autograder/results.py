@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.manifest import Manifest, Problem
+from autograder.pytest_plugin import head_and_tail
 from autograder.runner import SuiteRun, Verdict
 
 _VISIBLE_OUTPUT_CHARS = 4000
@@ -309,7 +310,7 @@ def entry_output(test: GradedTest, hidden_chars: int, hidden: HiddenText | None 
     if not detail or detail in message:
         return redact_secrets(message, hidden)
     room = max(500, _VISIBLE_OUTPUT_CHARS - len(message))
-    return redact_secrets(f"{message}\n\n{detail if len(detail) <= room else '...' + detail[-room:]}", hidden)
+    return redact_secrets(f"{message}\n\n{head_and_tail(detail, room)}", hidden)
 
 
 WHEN_SHOWN = {

@@ -11,8 +11,10 @@ records of autograder/pytest_plugin.py from a pipe, under a watchdog:
 - a process that sends a forged record, or after whose test the harness was patched, fails
   that test;
 and in each case a new process runs the tests that have no verdict yet, so one crash costs one
-test. After ``crash_streak_limit`` such failures in a row in one problem, that problem's
-remaining tests are failed without running, and after ``restart_limit`` restarts, or past the
+test. After ``crash_streak_limit`` such failures in a row among the tests of one problem, test
+file and implementation (PyTorch or Triton, from the test's name), the remaining tests of that
+group are failed without running (those that need a GPU on a runner without one stay "not
+graded"), and after ``restart_limit`` restarts, or past the
 grade's deadline, every remaining test is; so every test always gets a verdict in bounded time.
 """
 
@@ -336,13 +338,18 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         if pending is not None and nodeid in pending:
             pending.remove(nodeid)
         spec.on_result(f"{spec.name}#{spec.shard}", outcome)
-        problem = spec.problem_of(nodeid)
-        streak[problem] = streak[problem] + 1 if crash else 0
-        if crash and streak[problem] >= spec.crash_streak_limit:
-            message = (f"not run: {streak[problem]} tests of {problem} in a row crashed, hung or tampered "
-                       "with the harness, so its remaining tests were failed without running; fix those first")
-            for other in [n for n in (pending or []) if spec.problem_of(n) == problem]:
-                settle(other, Verdict(other, "failed", message), crash=False)
+        group = _streak_group(nodeid, spec.problem_of(nodeid))
+        streak[group] = streak[group] + 1 if crash else 0
+        if crash and streak[group] >= spec.crash_streak_limit:
+            message = (f"not run: {streak[group]} tests of {group[1]} in a row crashed, hung or tampered "
+                       "with the harness, so the remaining tests of that file and implementation were failed "
+                       "without running; fix those first")
+            for other in [n for n in (pending or []) if _streak_group(n, spec.problem_of(n)) == group]:
+                if gpu.get(other) and result.cuda is False:
+                    settle(other, Verdict(other, "not_graded", "not graded on this runner: this test needs a CUDA "
+                                          "GPU, and this grader has none; it is graded on a GPU runner"), crash=False)
+                else:
+                    settle(other, Verdict(other, "failed", message), crash=False)
 
     def fail_all(message: str) -> None:
         for nodeid in list(pending or []):
@@ -444,6 +451,15 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
             spec.on_note(f"{spec.name}#{spec.shard}", f"restarting the test process for {len(pending)} remaining test(s)")
     result.wall_s = time.monotonic() - started
     return result
+
+
+def _streak_group(nodeid: str, problem: str) -> tuple[str, str, str]:
+    """What a crash streak counts within: (problem, test file, implementation). A test whose name
+    says "triton" or "pytorch" belongs to that implementation, so crashes of one Function's tests
+    never stop the other's (a problem such as flash_backward mixes both)."""
+    path, _, name = nodeid.partition("::")
+    implementation = "triton" if "triton" in name.lower() else "pytorch" if "pytorch" in name.lower() else ""
+    return (problem, path, implementation)
 
 
 def _outcome(record: dict, gpu: bool, cuda: bool | None) -> Verdict:

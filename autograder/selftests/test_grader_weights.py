@@ -1,0 +1,66 @@
+"""Per-test weights: in each FlashAttention-2 problem, correctness carries at least 80% of the
+points and input validation at most 10%.
+
+Staff only. Points of a problem are shared among its tests (visible and hidden, GPU ones too) in
+proportion to the weights of autograder/manifest.toml (``weights`` patterns, 1 by default);
+autograder/results.py applies them. This collects every test of the FlashAttention-2 problems
+and adds up the shares: "validation" tests are the bad-input ones; "correctness" tests compare
+outputs or gradients with the truth (all others but the saved-tensor structure checks).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.manifest import load_manifest
+
+KIT = Path(__file__).resolve().parents[2]
+MANIFEST = load_manifest()
+FLASH_PROBLEMS = ("flash_forward_pytorch", "flash_forward_triton", "flash_backward")
+VALIDATION = "rejects_bad_input"
+STRUCTURE = ("saved_tensors",)  # checks what is saved (values too, but the point is the structure)
+
+
+@pytest.fixture(scope="module")
+def collected() -> list[str]:
+    """Node ids of every visible and hidden FlashAttention-2 test."""
+    files = sorted(str(path.relative_to(KIT)) for folder in ("tests", "autograder/hidden_tests")
+                   for path in (KIT / folder).glob("test_flash_*.py"))
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "--submission", "reference", *files], cwd=KIT, capture_output=True, text=True, timeout=300)
+    ids = [line.strip() for line in done.stdout.splitlines() if "::" in line]
+    assert ids, f"collected nothing:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return ids
+
+
+def _shares(problem_name: str, ids: list[str]) -> dict[str, float]:
+    """{"validation" | "structure" | "correctness": share of the problem's points}."""
+    problem = MANIFEST.by_name[problem_name]
+    weights = {"validation": 0.0, "structure": 0.0, "correctness": 0.0}
+    for nodeid in ids:
+        path, _, name = nodeid.partition("::")
+        if MANIFEST.problem_of_file(Path(path).name) is not problem:
+            continue
+        kind = ("validation" if VALIDATION in name else
+                "structure" if any(word in name for word in STRUCTURE) else "correctness")
+        weights[kind] += problem.weight_of(f"{Path(path).name}::{name}")
+    total = sum(weights.values())
+    assert total > 0, f"no tests for {problem_name}"
+    return {kind: weight / total for kind, weight in weights.items()}
+
+
+@pytest.mark.parametrize("problem", FLASH_PROBLEMS)
+def test_correctness_carries_80_percent_and_validation_at_most_10(collected, problem):
+    shares = _shares(problem, collected)
+    assert shares["correctness"] >= 0.80, f"{problem}: correctness carries only {shares}"
+    assert shares["validation"] <= 0.10, f"{problem}: input validation carries {shares}"
+
+
+def test_validation_tests_are_still_graded(collected):
+    """The weights shrink validation's share; they never drop it to 0."""
+    for problem in ("flash_forward_pytorch", "flash_forward_triton"):
+        assert _shares(problem, collected)["validation"] > 0.02, problem
