@@ -1,4 +1,4 @@
-"""Pytest harness for the visible tests (tests/) and the hidden tests (autograder/).
+"""Pytest harness for the visible tests (tests/) and the grader's hidden tests.
 
 Chooses the submission under test: ``--submission DIR``, else ``$CS336_SUBMISSION``, else this
 directory (the student's own checkout). Tests get the submission's adapters through the

@@ -109,4 +109,32 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
     for name in NEVER_RELEASED:
         if (out / name).exists():
             raise ReleaseError(f"{name} reached the release; it must never")
+    named = staff_names(out)
+    if named:
+        raise ReleaseError("the release names what students do not have (reword these lines):\n" + "\n".join(named))
     return out
+
+
+# Names of what only staff have: the points manifest, the mutant catalog, the GPU acceptance runs,
+# the solution, the grader and the leaderboard's code. Student-facing text must not send a
+# student looking for them.
+STAFF_ONLY_NAMES = re.compile(r"\bmanifest\b|catalog\.py|mutant catalog|gpu_checks|\breference/|\bautograder/"
+                              r"|\bautograder\.[a-z_]|\bleaderboard/", re.IGNORECASE)
+# Kit-only code paths that a released file may keep (they are never taken in the release).
+_KIT_ONLY_CODE = re.compile(r'autograder\.student_points import|ROOT / "autograder" / "student_points\.py"')
+
+
+def staff_names(out: Path) -> list[str]:
+    """Every ``path:line: text`` of the release at ``out`` that names something only staff have."""
+    found = []
+    for path in sorted(Path(out).rglob("*")):
+        if not path.is_file() or ".git" in path.parts:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            if STAFF_ONLY_NAMES.search(line) and not _KIT_ONLY_CODE.search(line):
+                found.append(f"{path.relative_to(out)}:{number}: {line.strip()[:160]}")
+    return found

@@ -86,7 +86,7 @@ class Recorder:
 
 
 def format_table(outcomes: list[Outcome], points: dict) -> str:
-    """The grader's per-problem table (autograder/results.py's layout) for the visible tests."""
+    """The grader's per-problem table (the same layout) for the visible tests."""
     tests = points["tests"]
     header = f"{'section':<8}{'problem':<24}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
     lines = [header, "-" * len(header)]

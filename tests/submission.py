@@ -1,8 +1,8 @@
 """Load the submission under test: its ``adapters`` module and its ``cs336_systems`` package.
 
 A submission is a directory that holds ``adapters.py`` and ``cs336_systems/``. The student's
-checkout is one, ``reference/`` is another, and every buggy or cheating variant the grader is
-tested with is another. Tests reach student code only through the ``adapters`` module returned
+checkout is one, the staff solution is another, and every buggy or cheating variant the grader
+is tested with is another. Tests reach student code only through the ``adapters`` module returned
 here, never by importing ``cs336_systems`` themselves.
 
 Both modules are registered in ``sys.modules`` straight from the submission's files, so that
