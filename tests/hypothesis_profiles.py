@@ -10,6 +10,8 @@ profile is picked by ``$HYPOTHESIS_PROFILE`` if set, else ``gpu`` when CUDA is a
 - ``gpu``: larger shapes, bfloat16 too; few examples, since each new shape compiles kernels.
 - ``thorough``: many examples on either machine, for hunting a bug (slow on a CPU).
 
+A stub's NotImplementedError ends a test at its first example, unshrunk (tests/stub_failures.py).
+
 ``FUZZ`` holds what the chosen profile allows (sizes and dtypes), so the strategies in the test
 modules read their bounds from one place. Rerun one failing example exactly: Hypothesis prints
 ``@reproduce_failure(...)``, and every failure also prints the case as a one-line repro.
@@ -38,6 +40,8 @@ _COMMON = dict(
     deadline=None,  # one example can take seconds under the Triton interpreter
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
+    # Stop at the first bug and shrink only that one: each rerun may launch interpreted kernels.
+    report_multiple_bugs=False,
 )
 settings.register_profile("cpu", max_examples=8, **_COMMON)
 # gpu: nearly every drawn shape is a new Triton specialisation (head dim, dtype, causal flag, and
