@@ -257,3 +257,110 @@ def run_flash_benchmark_sweep(
         implementations=implementations,
         bench=bench,
     )
+
+
+# --------------------------------------------------------------------------------------
+# §3 Parallel training (torch.distributed). Every function here runs on every rank, after
+# torch.distributed.init_process_group; each rank calls it with its own model.
+# --------------------------------------------------------------------------------------
+
+# §3.2 naive_ddp
+
+
+def run_naive_ddp_broadcast_parameters(module: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers into ``module`` on every rank; see ``naive_ddp.broadcast_parameters``."""
+    from cs336_systems.naive_ddp import broadcast_parameters
+
+    broadcast_parameters(module)
+
+
+def run_naive_ddp_all_reduce_gradients(module: torch.nn.Module) -> None:
+    """Average each gradient over the ranks, one all-reduce each; see ``naive_ddp.all_reduce_gradients``."""
+    from cs336_systems.naive_ddp import all_reduce_gradients
+
+    all_reduce_gradients(module)
+
+
+# §3.3 ddp_flat
+
+
+def run_ddp_flat_all_reduce_gradients(module: torch.nn.Module) -> None:
+    """Average all gradients over the ranks with one all-reduce; see ``ddp_flat.all_reduce_flat_gradients``."""
+    from cs336_systems.ddp_flat import all_reduce_flat_gradients
+
+    all_reduce_flat_gradients(module)
+
+
+# §3.4 ddp_overlap_individual (CS336's adapter names of 2026, then of 2025: the same class)
+
+
+def get_ddp(module: torch.nn.Module) -> torch.nn.Module:
+    """Wrap ``module`` in your DDP that all-reduces each gradient during the backward; see ``ddp_overlap_individual``."""
+    from cs336_systems.ddp_overlap_individual import DDPIndividualParameters
+
+    return DDPIndividualParameters(module)
+
+
+def ddp_on_after_backward(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Run after ``loss.backward()``, before ``optimizer.step()``: wait for the gradients' all-reduces."""
+    ddp_model.finish_gradient_synchronization()
+
+
+def get_ddp_individual_parameters(module: torch.nn.Module) -> torch.nn.Module:
+    """CS336 2025's name for :func:`get_ddp`."""
+    return get_ddp(module)
+
+
+def ddp_individual_parameters_on_after_backward(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """CS336 2025's name for :func:`ddp_on_after_backward`."""
+    ddp_on_after_backward(ddp_model, optimizer)
+
+
+# §3.5 ddp_bucketed
+
+
+def get_ddp_bucketed(module: torch.nn.Module, bucket_size_mb: float | None) -> torch.nn.Module:
+    """Wrap ``module`` in your bucketed DDP (buckets of at most ``bucket_size_mb`` MiB; None: one bucket)."""
+    from cs336_systems.ddp_bucketed import DDPBucketed
+
+    return DDPBucketed(module, bucket_size_mb)
+
+
+def ddp_bucketed_on_after_backward(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Run after ``loss.backward()``, before ``optimizer.step()``: finish every bucket's all-reduce."""
+    ddp_model.finish_gradient_synchronization()
+
+
+def ddp_bucketed_on_train_batch_start(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Run at the start of every training step, before the forward."""
+    ddp_model.on_train_batch_start()
+
+
+# §3.6 optimizer_state_sharding
+
+
+def get_sharded_optimizer(params, optimizer_cls: type[torch.optim.Optimizer], **kwargs) -> torch.optim.Optimizer:
+    """``optimizer_cls(params, **kwargs)`` with its state sharded across ranks; see ``optimizer_state_sharding``."""
+    from cs336_systems.optimizer_state_sharding import ShardedOptimizer
+
+    return ShardedOptimizer(params, optimizer_cls, **kwargs)
+
+
+# §3.7 fsdp
+
+
+def get_fsdp(module: torch.nn.Module, compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """Wrap ``module`` in your FSDP (Linear and Embedding weights sharded); see ``fsdp``."""
+    from cs336_systems.fsdp import FSDP
+
+    return FSDP(module, compute_dtype=compute_dtype)
+
+
+def fsdp_on_after_backward(fsdp_model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Run after ``loss.backward()``, before ``optimizer.step()``: finish the gradients' communication."""
+    fsdp_model.finish_gradient_synchronization()
+
+
+def fsdp_gather_full_params(fsdp_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{name: full float32 tensor} for every parameter of the wrapped module (call it on every rank)."""
+    return fsdp_model.gather_full_params()

@@ -1,0 +1,43 @@
+"""Hidden tests of §3.5 ddp_bucketed: the provided LM, a bucket that never fills (an unused parameter),
+one bucket per parameter, three layers exactly at the limit, and the overlap on 3 ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.parallel_checks import all_reduces, assert_same_numels, describe, run_ddp, step_events
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(("model", "world_size", "optimizer", "bucket_size_mb"),
+                         [("lm", 3, "AdamW", 0.004), ("frozen", 3, "AdamW", None), ("frozen", 2, "SGD", 1e-7)])
+def test_ddp_bucketed_matches_single_process_training(adapters, model, world_size, optimizer, bucket_size_mb):
+    run_ddp(adapters, "bucketed", model, world_size, optimizer=optimizer, lr=1e-2, bucket_size_mb=bucket_size_mb)
+
+
+@pytest.mark.parametrize(("bucket_bytes", "buckets"), [
+    (4 * (55 + 99 + 126), [55 + 99 + 126, 168, 120]),
+    (4 * (55 + 99 + 126) - 4, [55 + 99, 126, 168, 120]),
+    (1, [55, 99, 126, 168, 120]),
+    (4 * 10_000, [55 + 99 + 126 + 168 + 120]),
+])
+def test_ddp_bucketed_bucket_boundaries(adapters, bucket_bytes, buckets):
+    ranks = run_ddp(adapters, "bucketed", "chain", 3, bucket_size_mb=bucket_bytes / MIB, steps=2)
+    for rank, result in enumerate(ranks):
+        for step in range(2):
+            got = all_reduces(result["events"], ("backward_begin", step), ("synced", step))
+            assert_same_numels(got, buckets, f"rank {rank}, step {step}, bucket of {bucket_bytes} bytes")
+
+
+def test_ddp_bucketed_overlap_with_one_bucket_per_layer(adapters):
+    ranks = run_ddp(adapters, "bucketed", "chain", 3, bucket_size_mb=1 / MIB, steps=2)
+    numels = [55, 99, 126, 168]  # layers 4, 3, 2, 1
+    for rank, result in enumerate(ranks):
+        for step in range(2):
+            events = step_events(result["events"], step)
+            for layer, numel in zip((4, 3, 2, 1), numels):
+                launched = next(i for i, e in enumerate(events) if e[0] == "all_reduce" and e[1] == numel)
+                assert launched < events.index(("backward_reached", layer - 1)), (
+                    f"rank {rank}, step {step}: the bucket of layer {layer} is full once its gradient exists; launch "
+                    f"it before the backward reaches layer {layer - 1}; events:\n  {describe(events)}")

@@ -1,0 +1,65 @@
+"""The hidden part-2 tests catch every data-parallel mutant of the catalog.
+
+Staff only (part of the kit's self-check). Each mutant of
+``autograder.fixtures.mutants.catalog.DISTRIBUTED_MUTANTS`` is a copy of reference/ with one
+realistic mistake (a missing division, no broadcast, an all-reduce at the end instead of
+overlapped, a bucket boundary off by one, an optimizer that never broadcasts, FSDP master
+weights in 16 bits, ...). Each runs its ``caught_by`` hidden tests in its own pytest process,
+two at a time (autograder/fixtures/mutants/run_jobs.py, forked from a warm parent on a CPU),
+and every one of those tests must fail. That the reference passes them is
+test_submission_contract.py's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.fixtures.mutants.catalog import DISTRIBUTED_MUTANTS, materialize_distributed
+from autograder.manifest import load_manifest
+from autograder.selftests.test_mutant_catalog import _outcomes
+
+KIT = Path(__file__).resolve().parents[2]
+MIN_MUTANTS = 10
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """{mutant name: {nodeid: outcome}} for each mutant run on its caught_by tests."""
+    root = tmp_path_factory.mktemp("distributed_mutants")
+    jobs = []
+    for mutant in DISTRIBUTED_MUTANTS:
+        jobs.append({"name": mutant.name, "submission": str(materialize_distributed(mutant.name, root)),
+                     "targets": list(mutant.caught_by), "report": str(root / f"{mutant.name}.xml"),
+                     "log": str(root / f"{mutant.name}.log")})
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    command = [sys.executable, "-m", "autograder.fixtures.mutants.run_jobs", str(root / "jobs.json"),
+               "--workers", "2"] + ([] if torch.cuda.is_available() else ["--fork"])
+    env = {k: v for k, v in os.environ.items() if k != "CS336_SUBMISSION"}
+    done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"a pytest job crashed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return {job["name"]: _outcomes(Path(job["report"]), Path(job["log"])) for job in jobs}
+
+
+def test_distributed_catalog_is_well_formed():
+    names = [m.name for m in DISTRIBUTED_MUTANTS]
+    assert len(names) >= MIN_MUTANTS, f"only {len(names)} data-parallel mutants: {names}"
+    assert len(names) == len(set(names)), f"duplicate mutant names: {names}"
+    manifest = load_manifest()
+    for mutant in DISTRIBUTED_MUTANTS:
+        covered = {manifest.problem_of_file(node.split("::")[0].rsplit("/", 1)[-1]).name for node in mutant.caught_by}
+        assert covered >= set(mutant.breaks), f"{mutant.name}: breaks {mutant.breaks}, caught_by covers {covered}"
+
+
+@pytest.mark.parametrize("mutant", DISTRIBUTED_MUTANTS, ids=[m.name for m in DISTRIBUTED_MUTANTS])
+def test_distributed_mutant_fails_its_hidden_tests(mutant, runs):
+    outcomes = runs[mutant.name]
+    not_failed = {node: outcomes.get(node, "not run (no such test?)") for node in mutant.caught_by
+                  if outcomes.get(node) != "failed"}
+    assert not not_failed, f"mutant {mutant.name} ({mutant.mistake}) was not caught by {not_failed}"

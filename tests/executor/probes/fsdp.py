@@ -1,0 +1,72 @@
+"""Probes for the fsdp tests (§3.7): train a model with the submission's FSDP on several ranks.
+
+Read by tests/parallel_checks.py (``run_fsdp``). Every rank builds the model from the provided
+model's classes of the submission's package (``cs336_systems.model``), starts from a different
+state (rank 0's is the one sent), wraps it with ``get_fsdp`` and trains its own slice of the
+batch. It returns the shards it holds (name, shape, dtype of each parameter of the wrapped
+module), the dtype and shape of each gradient after the first step's synchronisation, the full
+parameters (``fsdp_gather_full_params``) after every step, and its event log with these
+markers: ("step", s), ("forward_begin", s), ("backward_begin", s), ("backward_end", s),
+("synced", s), plus ("layer_begin"/"layer_end", name) and ("backward_reached", name) from the
+``fsdp_chain`` model.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import parallel_models as models
+from .ddp import make_optimizer
+from .parallel_launch import launch, record
+
+
+def describe_parameters(module: torch.nn.Module) -> dict[str, list]:
+    return {name: [list(p.shape), str(p.dtype).removeprefix("torch.")] for name, p in module.named_parameters()}
+
+
+def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str, init_state: dict,
+               inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str, lr: float,
+               compute_dtype: torch.dtype | None = None) -> dict:
+    """One rank's run (a job of ``parallel_launch``)."""
+    import cs336_systems.model  # noqa: F401  the submission's provided model (loaded by parallel_launch)
+
+    net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES),
+                       model_module=sys.modules["cs336_systems.model"])
+    net.load_state_dict(models.perturbed(init_state, rank))
+    net.to(device)
+    per_rank = inputs.shape[0] // world_size
+    x = inputs[rank * per_rank:(rank + 1) * per_rank].to(device)
+    y = targets[rank * per_rank:(rank + 1) * per_rank].to(device)
+    fsdp = adapters.get_fsdp(net, compute_dtype=compute_dtype)
+    record("wrapped")
+    shards = describe_parameters(fsdp.module)
+    opt = make_optimizer(optimizer, fsdp.parameters(), lr)
+    grads, fulls = None, []
+    for step in range(steps):
+        record("step", step)
+        opt.zero_grad(set_to_none=True)
+        record("forward_begin", step)
+        loss = models.loss_of(model, fsdp(x), y)
+        record("backward_begin", step)
+        loss.backward()
+        record("backward_end", step)
+        adapters.fsdp_on_after_backward(fsdp, opt)
+        record("synced", step)
+        if step == 0:
+            grads = {name: None if p.grad is None else [list(p.grad.shape), str(p.grad.dtype).removeprefix("torch.")]
+                     for name, p in fsdp.module.named_parameters()}
+        opt.step()
+        record("gather_full_params", step)
+        fulls.append({name: t.detach().to("cpu", torch.float32).clone()
+                      for name, t in adapters.fsdp_gather_full_params(fsdp).items()})
+    return {"shards": shards, "grads": grads, "fulls": fulls}
+
+
+def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0) -> dict:
+    """``train_rank(**settings)`` on ``world_size`` ranks; see ``parallel_launch.launch`` for the result."""
+    return launch(load_adapters, "fsdp.train_rank", world_size, settings, timeout_s=timeout_s)
+
+
+PROBES = {"train": train}

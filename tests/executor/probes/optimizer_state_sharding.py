@@ -1,0 +1,77 @@
+"""Probes for the optimizer_state_sharding tests (§3.6): train with the submission's sharded optimizer on several ranks.
+
+Read by tests/test_optimizer_state_sharding.py and its hidden twin. Every rank builds the same
+model from the same state and computes gradients on the same whole batch (so the ranks'
+gradients are equal, as after a DDP's synchronisation); the sharded optimizer then must train
+exactly like the plain one. The ``optimizer_cls`` handed to the submission is a subclass of
+AdamW or SGD defined here, whose instances (the submission's local optimizers) report which
+parameters they hold and step, and which hold state. Each rank returns its final state, the
+names of the parameters its local optimizers own and hold state for, and the number of local
+optimizers it made.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import parallel_models as models
+from .ddp import state_of
+from .parallel_launch import launch, record
+
+NAMES: dict[int, str] = {}
+INSTANCES: list[torch.optim.Optimizer] = []
+
+
+def _names(optimizer: torch.optim.Optimizer, with_grad: bool = False) -> list[str]:
+    return sorted(NAMES.get(id(p), "<a tensor that is not a parameter of the model>")
+                  for group in optimizer.param_groups for p in group["params"] if not with_grad or p.grad is not None)
+
+
+def _logged(base: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    class Logged(base):
+        def __init__(self, params, *args, **kwargs):
+            super().__init__(params, *args, **kwargs)
+            INSTANCES.append(self)
+
+        def step(self, closure=None):
+            record("local_step", tuple(_names(self, with_grad=True)))
+            return super().step(closure)
+
+    Logged.__name__ = Logged.__qualname__ = f"Logged{base.__name__}"
+    return Logged
+
+
+LOGGED = {"AdamW": _logged(torch.optim.AdamW), "SGD": _logged(torch.optim.SGD)}
+
+
+def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str, init_state: dict,
+               inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str, lr: float,
+               groups: list[list[str]] | None = None, add_group_at: int | None = None) -> dict:
+    """One rank's run (a job of ``parallel_launch``): the same whole batch on every rank."""
+    net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES))
+    net.load_state_dict(init_state)
+    net.to(device)
+    params = dict(net.named_parameters())
+    NAMES.update({id(p): name for name, p in params.items()})
+    options = {"lr": lr, **({"weight_decay": 0.1} if optimizer == "AdamW" else {})}
+    first = list(params.values()) if groups is None else [params[n] for n in groups[0]]
+    opt = adapters.get_sharded_optimizer(first, LOGGED[optimizer], **options)
+    x, y = inputs.to(device), targets.to(device)
+    for step in range(steps):
+        if groups is not None and step == add_group_at:
+            opt.add_param_group({"params": [params[n] for n in groups[1]], "lr": lr / 2})
+        record("step", step)
+        opt.zero_grad(set_to_none=True)
+        models.loss_of(model, net(x), y).backward()
+        opt.step()
+    owned = sorted(name for local in INSTANCES for name in _names(local))
+    with_state = sorted(NAMES.get(id(p), "?") for local in INSTANCES for p, state in local.state.items() if state)
+    return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(INSTANCES)}
+
+
+def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0) -> dict:
+    """``train_rank(**settings)`` on ``world_size`` ranks; see ``parallel_launch.launch`` for the result."""
+    return launch(load_adapters, "optimizer_state_sharding.train_rank", world_size, settings, timeout_s=timeout_s)
+
+
+PROBES = {"train": train}

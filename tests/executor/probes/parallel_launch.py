@@ -1,0 +1,236 @@
+"""Start the processes of one data-parallel run next to the submission, and bring back what each saw.
+
+Read by the probes of part 2 (``ddp.py``, ``optimizer_state_sharding.py``, ``fsdp.py``), which
+call :func:`launch` with the name of a *job*: a function of one of this package's modules that
+one rank runs. ``launch`` starts ``world_size`` processes (from a fork server that has torch
+and its optimizers imported, so a run starts in a fraction of a second), each of which
+
+1. wraps torch.distributed's collectives so that every call is appended to this rank's event
+   log (``EVENTS``) before it runs: (name, numel, dtype, async_op), where numel counts the whole
+   tensor communicated (a gather's output, a reduce-scatter's input);
+2. imports the submission from its directory (the one holding the ``adapters`` module);
+3. joins a process group (gloo on the CPU; NCCL with one GPU per rank when asked);
+4. runs the job, and saves what it returns (plain data and CPU tensors) for the parent.
+
+A job that raises, a rank that dies and a run that hangs all come back as data: ``errors``
+names each failed rank with its traceback, and ``timed_out`` says that the run was killed
+after ``timeout_s`` seconds. The verdict on all of it is made in the harness.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib
+import importlib.util
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+EVENTS: list[tuple] | None = None
+"""This rank's event log while a job runs (None elsewhere: :func:`record` then does nothing)."""
+
+COLLECTIVES = (
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "_all_gather_base",
+    "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base", "reduce",
+    "all_to_all", "all_to_all_single", "scatter", "gather", "all_gather_object", "broadcast_object_list",
+)
+"""The torch.distributed functions whose calls are logged, under these names."""
+
+_ALIASES = {"all_gather_single": "all_gather_into_tensor", "_all_gather_base": "all_gather_into_tensor",
+            "reduce_scatter_single": "reduce_scatter_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
+_depth = 0
+
+
+def record(*event) -> None:
+    """Append ``event`` to this rank's log, if one is being kept."""
+    if EVENTS is not None:
+        EVENTS.append(tuple(event))
+
+
+def _numel(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, (list, tuple)):
+        return sum(_numel(v) for v in value)
+    return 0
+
+
+def _dtype(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return str(value.dtype).removeprefix("torch.")
+    if isinstance(value, (list, tuple)) and value:
+        return _dtype(value[0])
+    return ""
+
+
+def _logged(name: str, function: Callable) -> Callable:
+    @functools.wraps(function)
+    def logged(*args, **kwargs):
+        global _depth
+        if _depth == 0:  # one event per call, even when one collective calls another
+            # The size logged is the whole tensor communicated: a reduce-scatter's input (its second
+            # argument), else the first argument (what is reduced, broadcast or gathered into).
+            tensor = args[0] if args else next(iter(kwargs.values()), None)
+            if name.startswith(("reduce_scatter", "_reduce_scatter")):
+                tensor = args[1] if len(args) > 1 else kwargs.get("input", kwargs.get("input_list", tensor))
+            record(_ALIASES.get(name, name), _numel(tensor), _dtype(tensor), bool(kwargs.get("async_op", False)))
+        _depth += 1
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _depth -= 1
+
+    return logged
+
+
+def log_collectives() -> None:
+    """Replace each of torch.distributed's COLLECTIVES by a logging wrapper (in this process, for good)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in COLLECTIVES:
+        for module in (dist, c10d):
+            function = getattr(module, name, None)
+            if function is not None and not getattr(function, "_cs336_logged", False):
+                wrapped = _logged(name, function)
+                wrapped._cs336_logged = True
+                setattr(module, name, wrapped)
+
+
+def load_submission(directory: str):
+    """Import ``cs336_systems`` and ``adapters`` from ``directory`` (as the executor does); return ``adapters``."""
+    for name, file, package in (("cs336_systems", "cs336_systems/__init__.py", "cs336_systems"),
+                                ("adapters", "adapters.py", None)):
+        path = os.path.join(directory, file)
+        spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=[os.path.join(directory, package)] if package else None)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["adapters"]
+
+
+def _worker(rank: int, world_size: int, backend: str, store: str, submission: str, job: str, kwargs: dict,
+            out_dir: str, timeout_s: float) -> None:
+    global EVENTS
+    torch.set_num_threads(1)  # the ranks share the machine's cores
+    if sys.platform == "linux":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    elif sys.platform == "darwin":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0")
+    result: dict[str, Any]
+    try:
+        import torch.distributed as dist
+
+        EVENTS = []
+        log_collectives()
+        adapters = load_submission(submission)
+        device = "cpu"
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = f"cuda:{rank}"
+        dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        module_name, _, function = job.partition(".")
+        run = getattr(importlib.import_module(f"{__package__}.{module_name}"), function)
+        value = run(adapters, rank=rank, world_size=world_size, device=device, **kwargs)
+        result = {"value": value, "events": list(EVENTS)}
+    except BaseException as error:  # noqa: BLE001  everything a rank does wrong is reported, never raised
+        base = next(cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins")
+        result = {"error": traceback.format_exc()[-8000:], "error_type": base, "message": str(error)[:4000],
+                  "events": list(EVENTS or [])}
+    try:
+        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@functools.cache
+def _context():
+    context = multiprocessing.get_context("forkserver")
+    # What every rank needs, imported once by the server: an optimizer's first step imports
+    # torch._dynamo, about 2 s of a CPU's time per process otherwise.
+    context.set_forkserver_preload(["torch", "torch.distributed", "torch.optim", "torch._dynamo"])
+    return context
+
+
+def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: dict, *,
+           backend: str = "gloo", timeout_s: float = 60.0) -> dict:
+    """Run ``job`` on ``world_size`` ranks; return ``{"ranks", "errors", "error_types", "timed_out", "timeout_s"}``.
+
+    ``ranks[r]`` is ``{"value": what the job returned, "events": rank r's event log}``, or None
+    for a rank that failed; ``errors[r]`` is then its traceback (or why it returned nothing),
+    and ``error_types[r]`` the (built-in exception class name, message) of what it raised. The run is killed ``timeout_s`` seconds after it starts, and two
+    seconds after the first rank fails (the others would wait for it forever).
+    """
+    submission = os.path.dirname(os.path.abspath(load_adapters().__file__))
+    work = tempfile.mkdtemp(prefix="ranks-")
+    context = _context()
+    processes = [
+        context.Process(target=_worker, args=(rank, world_size, backend, os.path.join(work, "store"), submission,
+                                              job, kwargs, work, timeout_s), daemon=True)
+        for rank in range(world_size)
+    ]
+    try:
+        for process in processes:
+            process.start()
+        deadline = time.monotonic() + timeout_s
+        first_failure = None
+        while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
+            failed = [p for p in processes if p.exitcode not in (None, 0)] or [
+                p for rank, p in enumerate(processes)
+                if p.exitcode == 0 and "error" in _load(work, rank, {"error": "no result"})]
+            if failed and first_failure is None:
+                first_failure = time.monotonic()
+            if first_failure is not None and time.monotonic() - first_failure > 2.0:
+                break
+            time.sleep(0.02)
+        timed_out = any(p.is_alive() for p in processes) and first_failure is None
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+        ranks, errors, error_types = [], {}, {}
+        for rank, process in enumerate(processes):
+            result = _load(work, rank, None)
+            if result is None:
+                why = "it was killed: the run hung" if timed_out else f"it exited with status {process.exitcode}"
+                if first_failure is not None and process.exitcode is not None and process.exitcode < 0:
+                    why = "it was stopped after another rank failed"
+                errors[rank] = f"rank {rank} returned nothing: {why}"
+                ranks.append(None)
+            elif "error" in result:
+                errors[rank] = result["error"]
+                error_types[rank] = (result.get("error_type", ""), result.get("message", ""))
+                ranks.append(None)
+            else:
+                ranks.append(result)
+        return {"ranks": ranks, "errors": errors, "error_types": error_types, "timed_out": timed_out,
+                "timeout_s": timeout_s}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _load(work: str, rank: int, default):
+    path = os.path.join(work, f"rank{rank}.pt")
+    if not os.path.exists(path):
+        return default
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception:  # noqa: BLE001  a rank still writing, or a broken file
+        return default

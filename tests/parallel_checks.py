@@ -1,0 +1,316 @@
+"""Run part 2's probes and judge what comes back: the verdict helpers of the DDP, sharded-optimizer and FSDP tests.
+
+Read by tests/test_{naive_ddp,ddp_flat,ddp_overlap_individual,ddp_bucketed,
+optimizer_state_sharding,fsdp}.py and their hidden twins. A run happens next to the
+submission (tests/executor/probes/ddp.py and siblings start the ranks there); only the
+settings go out and only the ranks' observations come back. Everything here, the truth
+included (tests/parallel_reference.py), runs in the harness.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from tests.assertions import assert_close
+from tests.executor.probes import parallel_models as models
+from tests.executor.probes import run_probe
+from tests import parallel_reference as reference
+
+RUN_TIMEOUT_S = 60.0
+FP32_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
+
+
+def batch(model: str, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of ``size`` rows for model ``model``."""
+    generator = torch.Generator().manual_seed(seed)
+    if model == "lm":
+        vocab = models.LM_OVERRIDES["vocab_size"]
+        tokens = torch.randint(0, vocab, (size, 9), generator=generator)
+        return tokens[:, :-1], tokens[:, 1:]
+    if model == "fsdp_chain":
+        tokens = torch.randint(0, models.FSDPChain.VOCAB, (size, 7), generator=generator)
+        return tokens[:, :-1], tokens[:, 1:]
+    return torch.randn(size, 10, generator=generator), torch.randn(size, 5, generator=generator)
+
+
+def ranks_of(result: dict, what: str) -> list[dict]:
+    """The ranks' results of one run; AssertionError naming each failed rank, or the hang."""
+    if result["timed_out"]:
+        raise AssertionError(
+            f"{what}: the ranks did not finish within {result['timeout_s']:.0f} s (a hang: a rank waits in a "
+            "collective that another rank never calls, or for a handle that is never waited on); "
+            + "; ".join(f"rank {r}: {text.splitlines()[-1] if text else ''}" for r, text in result["errors"].items()))
+    for rank, (kind, message) in sorted(result.get("error_types", {}).items()):
+        if kind == "NotImplementedError":  # a stub: say which one, as a call in one process would
+            raise NotImplementedError(f"{message} (raised on rank {rank} of {what})")
+    if result["errors"]:
+        rank, text = sorted(result["errors"].items())[0]
+        raise AssertionError(f"{what}: rank {rank} failed:\n{text}")
+    return result["ranks"]
+
+
+def assert_state_close(got: dict, expected: dict, *, what: str, context: str, exact: bool = False,
+                       tolerance: dict | None = None) -> None:
+    """Every entry of ``expected`` ({name: tensor or None}) is in ``got`` and close to it (None stays None)."""
+    missing = sorted(set(expected) - set(got))
+    assert not missing, f"{what}: {missing} missing ({context})"
+    for name, value in expected.items():
+        if value is None:
+            assert got[name] is None, (
+                f"{what} of {name} must stay None (it got no gradient in the whole-batch run); got a tensor "
+                f"({context})")
+            continue
+        assert got[name] is not None, f"{what} of {name} is None; expected a tensor ({context})"
+        if exact:
+            assert torch.equal(got[name], value), (
+                f"{what} of {name} differs from rank 0's (max |diff| "
+                f"{(got[name].float() - value.float()).abs().max().item():.3g}) ({context})")
+        else:
+            assert_close(got[name], value, **(tolerance or FP32_TOLERANCE), what=f"{what} of {name}", context=context)
+
+
+# -- DDP -----------------------------------------------------------------------------------
+
+
+def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
+            lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
+            rows: int = 6) -> list[dict]:
+    """Train ``model`` with DDP ``variant`` on ``world_size`` ranks and check it against one process.
+
+    Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
+    "flat", whose ranks start equal); after the first step's synchronisation every rank's
+    gradients equal the whole batch's; after ``steps`` steps every rank's state equals the
+    whole-batch run's. Returns the ranks' results ({"value", "events"}) for further checks.
+    """
+    init = reference.initial_state(model, seed)
+    inputs, targets = batch(model, rows, seed + 1)
+    settings = dict(variant=variant, model=model, init_state=init, inputs=inputs, targets=targets, steps=steps,
+                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api)
+    context = (f"{variant} DDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
+               f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else ""))
+    ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
+    truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr)
+    for rank, result in enumerate(ranks):
+        where = f"{context}; rank {rank}"
+        value = result["value"]
+        if variant != "flat":
+            assert_state_close(value["after_wrap"], init, what="right after wrapping, the parameter or buffer",
+                               context=where + " (every rank must start from rank 0's values: broadcast them)",
+                               exact=True)
+        assert_state_close(value["grads"], truth["grads"], what="after the first backward and sync, the gradient",
+                           context=where)
+        assert_state_close(value["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
+                           context=where)
+    return ranks
+
+
+def step_events(events: list[tuple], step: int) -> list[tuple]:
+    """The events of training step ``step`` (from its ("step", step) marker to the next step's)."""
+    start = events.index(("step", step))
+    following = [i for i, e in enumerate(events) if e[0] == "step" and i > start]
+    return events[start:following[0] if following else len(events)]
+
+
+def gradient_numels(model: str) -> list[int]:
+    """Element counts of the model's parameters that get a gradient, in ``parameters()`` order."""
+    net = reference.build(model)
+    init = reference.initial_state(model)
+    inputs, targets = batch(model, 2, 0)
+    net.load_state_dict(init)
+    models.loss_of(model, net(inputs), targets).backward()
+    return [p.numel() for p in net.parameters() if p.grad is not None]
+
+
+def all_reduces(events: list[tuple], start: tuple, end: tuple) -> list[int]:
+    """Element counts of the all-reduces logged between markers ``start`` and ``end``."""
+    window = events[events.index(start):events.index(end)]
+    return [e[1] for e in window if e[0] == "all_reduce"]
+
+
+def assert_same_numels(got: list[int], expected: list[int], what: str) -> None:
+    assert Counter(got) == Counter(expected), (
+        f"{what}: expected all-reduces of {sorted(expected)} elements (one per entry), logged {sorted(got)}")
+
+
+def launch_position(events: list[tuple], numel: int, step: int) -> int:
+    """Index in ``events`` of step ``step``'s all-reduce of ``numel`` elements; AssertionError if none."""
+    start = events.index(("step", step))
+    for i in range(start, len(events)):
+        if events[i][0] == "all_reduce" and events[i][1] == numel:
+            return i
+    raise AssertionError(f"no all-reduce of {numel} elements in step {step}; events: {events[start:]}")
+
+
+def describe(events: list[tuple]) -> str:
+    return "\n  ".join(map(str, events))
+
+
+# -- optimizer state sharding --------------------------------------------------------------
+
+
+def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "AdamW",
+                          lr: float = 0.05, split_at: int | None = None, add_group_at: int | None = None,
+                          seed: int = 0, rows: int = 6) -> list[dict]:
+    """Train ``model`` with the sharded optimizer on ``world_size`` ranks and check it against the plain one.
+
+    ``split_at``: the parameters (in ``named_parameters()`` order) are split there into two
+    groups; the optimizer starts with the first and the second is added, with lr / 2, before
+    step ``add_group_at``. Checks every rank's final state against one process with the plain
+    optimizer, and that the local optimizers' parameters split the parameters exactly (each
+    owned by one rank, state only for owned ones, no rank owning all). Returns the ranks' results.
+    """
+    init = reference.initial_state(model, seed)
+    inputs, targets = batch(model, rows, seed + 1)
+    names = [name for name, _ in reference.build(model).named_parameters()]
+    groups = None if split_at is None else [names[:split_at], names[split_at:]]
+    settings = dict(model=model, init_state=init, inputs=inputs, targets=targets, steps=steps, optimizer=optimizer,
+                    lr=lr, groups=groups, add_group_at=add_group_at)
+    context = (f"sharded {optimizer}(lr={lr}) on the {model!r} model, {world_size} ranks, {steps} steps"
+               + (f", second group of {len(groups[1])} parameters added before step {add_group_at}" if groups else ""))
+    ranks = ranks_of(run_probe(adapters, "optimizer_state_sharding.train", world_size, settings,
+                               timeout_s=RUN_TIMEOUT_S), context)
+    truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr, groups=groups,
+                            add_group_at=add_group_at)
+    for rank, result in enumerate(ranks):
+        assert_state_close(result["value"]["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
+                           context=f"{context}; rank {rank} (after each step every rank must hold every parameter "
+                                   "as its owner updated it: broadcast them)")
+    owned = [result["value"]["owned"] for result in ranks]
+    for rank, result in enumerate(ranks):
+        value = result["value"]
+        assert value["instances"] >= 1, f"rank {rank} never created a local optimizer of optimizer_cls ({context})"
+        extra = sorted(set(value["with_state"]) - set(value["owned"]))
+        assert not extra, f"rank {rank} holds optimizer state for parameters it does not own: {extra} ({context})"
+        assert len(value["owned"]) == len(set(value["owned"])), (
+            f"rank {rank}'s local optimizers hold a parameter twice: {value['owned']} ({context})")
+    everyone = sorted(name for names_of_rank in owned for name in names_of_rank)
+    assert everyone == sorted(names), (
+        f"the ranks' local optimizers must hold every parameter exactly once between them; they hold {owned} "
+        f"(rank by rank), the parameters are {names} ({context})")
+    if world_size > 1 and len(names) >= world_size:
+        assert all(len(o) < len(names) for o in owned), (
+            f"a rank's local optimizer holds every parameter: the state is not sharded ({owned}; {context})")
+        assert all(o for o in owned), f"a rank owns no parameter although there are enough: {owned} ({context})"
+    return ranks
+
+
+# -- FSDP ------------------------------------------------------------------------------------
+
+GATHERS = ("all_gather_into_tensor", "all_gather")
+REDUCE_SCATTERS = ("reduce_scatter_tensor", "reduce_scatter")
+FSDP_TOLERANCE = {None: FP32_TOLERANCE, torch.float16: {"atol": 2e-3, "rtol": 2e-3},
+                  torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
+
+
+def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD", lr: float = 0.1,
+             compute_dtype: torch.dtype | None = None, seed: int = 0, rows: int = 6) -> list[dict]:
+    """Train ``model`` with FSDP on ``world_size`` ranks and check it against one process.
+
+    Checks: each Linear/Embedding weight is held as a float32 shard of at most a 1/world_size
+    share (rounded up to whole rows), other parameters whole; gradients after the first sync
+    are float32 and shaped like their parameters; the full parameters after every step equal
+    the whole-batch run's (with the same casts to ``compute_dtype``). Returns the ranks' results.
+    """
+    init = reference.initial_state(model, seed)
+    inputs, targets = batch(model, rows, seed + 1)
+    settings = dict(model=model, init_state=init, inputs=inputs, targets=targets, steps=steps, optimizer=optimizer,
+                    lr=lr, compute_dtype=compute_dtype)
+    context = (f"FSDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
+               f"{optimizer}(lr={lr}), compute_dtype={compute_dtype}")
+    ranks = ranks_of(run_probe(adapters, "fsdp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
+    truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr,
+                            compute_dtype=compute_dtype)
+    full_model = reference.build(model)
+    sharded = reference._sharded_weights(full_model)
+    shapes = {name: list(p.shape) for name, p in full_model.named_parameters()}
+    for rank, result in enumerate(ranks):
+        value, where = result["value"], f"{context}; rank {rank}"
+        assert set(value["shards"]) == set(shapes), (
+            f"fsdp.module.named_parameters() must keep the wrapped module's names {sorted(shapes)}; got "
+            f"{sorted(value['shards'])} ({where})")
+        for name, (shape, dtype) in value["shards"].items():
+            full = shapes[name]
+            assert dtype == "float32", (
+                f"{name} is held in {dtype}; the parameters the optimizer updates (the master weights) must stay "
+                f"float32, whatever the compute dtype ({where})")
+            numel = 1
+            for size in shape:
+                numel *= size
+            if name in sharded:
+                rows, per_row = full[0], (numel_of(full) // full[0])
+                limit = max(-(-numel_of(full) // world_size), -(-rows // world_size) * per_row)
+                assert numel <= limit, (
+                    f"{name} (full shape {full}) is held as {shape} on this rank: a shard holds at most "
+                    f"{limit} elements on {world_size} ranks ({where})")
+            else:
+                assert shape == full, f"{name} is not a Linear/Embedding weight: keep it whole ({full}); got {shape} ({where})"
+        for name, grad in value["grads"].items():
+            assert grad is not None, f"after the first sync, {name}.grad is None ({where})"
+            assert grad[1] == "float32" and grad[0] == value["shards"][name][0], (
+                f"after the first sync, {name}.grad is {grad[1]} of shape {grad[0]}; expected float32 of the "
+                f"parameter's shape {value['shards'][name][0]} ({where})")
+        for step, (got, expected) in enumerate(zip(value["fulls"], truth["states"])):
+            assert_state_close(got, {k: v for k, v in expected.items() if k in shapes},
+                               what=f"after step {step}, the full parameter", context=where,
+                               tolerance=FSDP_TOLERANCE[compute_dtype])
+    return ranks
+
+
+def numel_of(shape: list[int]) -> int:
+    numel = 1
+    for size in shape:
+        numel *= size
+    return numel
+
+
+def phase(events: list[tuple], step: int, start: str, end: str) -> list[tuple]:
+    """Step ``step``'s events from marker (start, step) to marker (end, step)."""
+    return events[events.index((start, step)):events.index((end, step)) + 1]
+
+
+def check_fsdp_communication(ranks: list[dict], steps: int, compute_dtype: torch.dtype | None) -> None:
+    """The gathers and reduce-scatters of ``fsdp_chain``'s sharded layers: sizes, dtype, and the prefetch window.
+
+    Forward: each sharded layer's weight is gathered (in the compute dtype) before its forward
+    ends, and the k-th layer's gather starts only after the (k-2)-th layer's forward ended.
+    Backward: each Linear weight is gathered again, the k-th layer's only after the backward
+    reached the output of layer k+1 (layer k+2's backward is done); each sharded weight's
+    gradient is reduce-scattered, never all-reduced.
+    """
+    order = list(models.FSDP_LAYERS)
+    dtype = str(compute_dtype or torch.float32).removeprefix("torch.")
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            where = f"rank {rank}, step {step}"
+            forward = phase(events, step, "forward_begin", "backward_begin")
+            backward = phase(events, step, "backward_begin", "synced")
+            shown = f"; events of the step:\n  {describe(phase(events, step, 'forward_begin', 'synced'))}"
+            for k, name in enumerate(order):
+                gathers = [i for i, e in enumerate(forward) if e[0] in GATHERS and models.fsdp_layer_of(e[1]) == name]
+                end = forward.index(("layer_end", name))
+                assert gathers and gathers[0] < end, f"{where}: {name}'s weight was not all-gathered for its forward{shown}"
+                for i in gathers:
+                    assert forward[i][2] == dtype, (
+                        f"{where}: {name}'s weight was gathered in {forward[i][2]}; cast the shard to {dtype} before "
+                        f"the all-gather{shown}")
+                    if k >= 2:
+                        assert i > forward.index(("layer_end", order[k - 2])), (
+                            f"{where}: {name}'s gather started before {order[k - 2]} (two sharded layers earlier) "
+                            f"finished its forward: prefetch at most two layers ahead{shown}")
+                back = [i for i, e in enumerate(backward) if e[0] in GATHERS and models.fsdp_layer_of(e[1]) == name]
+                if name != "embed":  # an embedding's backward needs no weight values
+                    assert back, (f"{where}: {name}'s weight was not gathered again for the backward: free the "
+                                  f"full weight after the forward and gather it again when the backward needs it{shown}")
+                if k + 2 < len(order):
+                    reached = backward.index(("backward_reached", order[k + 1]))
+                    early = [i for i in back if i < reached]
+                    assert not early, (f"{where}: {name}'s backward gather started before the backward of "
+                                       f"{order[k + 2]} (two layers later) finished: at most two layers ahead{shown}")
+                scattered = [e for e in backward if e[0] in REDUCE_SCATTERS and models.fsdp_layer_of(e[1]) == name]
+                reduced = [e for e in backward if e[0] == "all_reduce" and models.fsdp_layer_of(e[1]) == name]
+                assert scattered and not reduced, (
+                    f"{where}: {name}'s gradient must be reduce-scattered (each rank receives its shard's sum), not "
+                    f"all-reduced{shown}")

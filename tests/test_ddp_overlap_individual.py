@@ -1,0 +1,43 @@
+"""Visible tests of §3.4 ddp_overlap_individual: each gradient's all-reduce starts during the backward.
+
+The 'chain' model logs ("backward_reached", i) when the backward reaches layer i; layers'
+weights have distinct sizes, so each logged all-reduce names its parameter. Overlap means:
+the all-reduce of layer i's weight is launched before the backward reaches layer i - 1.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.executor.probes.parallel_models import CHAIN_WIDTHS
+from tests.parallel_checks import (all_reduces, assert_same_numels, describe, gradient_numels, launch_position,
+                                   run_ddp, step_events)
+
+CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
+
+
+@pytest.mark.parametrize(("model", "world_size"), [("frozen", 3), ("tied", 2)])
+def test_ddp_matches_single_process_training(adapters, model, world_size):
+    run_ddp(adapters, "individual", model, world_size)
+
+
+def test_ddp_all_reduces_each_gradient_once_per_step(adapters):
+    ranks = run_ddp(adapters, "individual", "tied", 2, steps=2)
+    for rank, result in enumerate(ranks):
+        for step in range(2):
+            got = all_reduces(result["events"], ("backward_begin", step), ("synced", step))
+            assert_same_numels(got, gradient_numels("tied"), f"rank {rank}, step {step}")
+
+
+def test_ddp_all_reduces_overlap_the_backward(adapters):
+    ranks = run_ddp(adapters, "individual", "chain", 2, steps=2)
+    for rank, result in enumerate(ranks):
+        for step in range(2):
+            events = result["events"]
+            for layer in range(1, len(CHAIN_NUMELS)):
+                launched = launch_position(events, CHAIN_NUMELS[layer], step)
+                reached = events.index(("backward_reached", layer - 1), events.index(("step", step)))
+                assert launched < reached, (
+                    f"rank {rank}, step {step}: layer {layer}'s gradient all-reduce ({CHAIN_NUMELS[layer]} elements) "
+                    f"must be launched as soon as its gradient is ready, before the backward reaches layer "
+                    f"{layer - 1}; events:\n  {describe(step_events(events, step))}")

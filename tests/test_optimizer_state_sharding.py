@@ -1,0 +1,22 @@
+"""Visible tests of §3.6 optimizer_state_sharding: sharded AdamW trains like AdamW, each rank owning a share.
+
+Every rank computes the same gradients (same model, same batch); the sharded optimizer must
+leave every rank with the parameters plain AdamW reaches in one process. The optimizer class
+passed to your wrapper logs which parameters each local optimizer holds, so the tests also
+check that the ranks split the parameters between them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.parallel_checks import run_sharded_optimizer
+
+
+@pytest.mark.parametrize(("model", "world_size"), [("frozen", 2), ("tied", 3), ("chain", 3)])
+def test_sharded_adamw_matches_adamw(adapters, model, world_size):
+    run_sharded_optimizer(adapters, model, world_size)
+
+
+def test_sharded_optimizer_with_a_group_added_later(adapters):
+    run_sharded_optimizer(adapters, "chain", 2, steps=4, split_at=2, add_group_at=2)
