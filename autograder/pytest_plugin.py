@@ -116,7 +116,8 @@ class GraderPlugin:
 
         items = [{"nodeid": item.nodeid, "gpu": item.get_closest_marker("gpu") is not None} for item in session.items]
         self._signer.send({"type": "collected", "items": items, "cuda": bool(torch.cuda.is_available())})
-        session.config.pluginmanager.register(_reporter(self._signer), "cs336-grader-reporter")
+        session.config.pluginmanager.register(_reporter(self._signer, getattr(session.config, "executor", None)),
+                                              "cs336-grader-reporter")
 
     def pytest_sessionfinish(self, session, exitstatus):
         if self._signer is not None:
@@ -143,8 +144,9 @@ def _verdict(nodeid: str, phases: dict, duration: float) -> dict:
     return {**record, "outcome": "passed"}
 
 
-def _reporter(signer: Signer) -> types.SimpleNamespace:
-    """The per-test hooks: "start" when a test begins, its verdict after its teardown."""
+def _reporter(signer: Signer, executor) -> types.SimpleNamespace:
+    """The per-test hooks: "start" when a test begins, its verdict after its teardown; then, if the
+    submission's executor failed during the test, its replacement is started."""
     send = signer.send
     clock, phases_of, started_at = time.monotonic, {}, {}
 
@@ -160,6 +162,8 @@ def _reporter(signer: Signer) -> types.SimpleNamespace:
             return
         duration = clock() - started_at.pop(report.nodeid, clock())
         send(_verdict(report.nodeid, phases, duration))
+        if executor is not None:
+            executor.restart_if_failed()  # between tests: outside every test's time limit
 
     return types.SimpleNamespace(pytest_runtest_logstart=pytest_runtest_logstart,
                                  pytest_runtest_logreport=pytest_runtest_logreport)

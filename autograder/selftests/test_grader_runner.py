@@ -45,7 +45,10 @@ def test_results_json_is_valid_and_matches_the_report(toy_grade):
     report, written = toy_grade
     assert problems_with(written) == []
     assert written == report.results
-    assert len(written["tests"]) == 10 + 4 + 4
+    import torch
+
+    gpu_only = 0 if torch.cuda.is_available() else 1  # left out on a CPU runner, graded on a GPU one
+    assert len(written["tests"]) == 10 + 4 + 4 - gpu_only
 
 
 def test_honest_tests_pass_around_crashes(toy_grade):
@@ -60,13 +63,13 @@ def test_honest_tests_pass_around_crashes(toy_grade):
     [
         ("test_segfault", ["SIGSEGV", "segfault"]),  # the message names the signal and the student's frame
         ("test_hang", ["timed out", "in hang"]),
-        ("test_skip", ["skipped", "earns no points"]),
-        ("test_patch_pytest", ["harness was patched", "Function.runtest"]),
-        ("test_forge_records", ["forged"]),
-        ("test_pytest_exit", ["exited with status"]),
+        ("test_skip", ["Skipped", "a submission may not skip tests"]),  # pytest.skip in the executor is an error
+        ("test_patch_pytest", ["assert 0 == 1"]),  # pytest is not in the submission's process to patch
+        ("test_forge_records", ["malformed reply"]),  # its lines reach only the executor's own reply pipe
+        ("test_pytest_exit", ["a submission may not end the session"]),
         ("test_os_exit", ["exited with status 0"]),
         ("test_gamma_one", ["exited with status 3"]),
-        ("test_gamma_four", ["not run", "in a row"]),
+        ("test_gamma_four", ["exited with status 3"]),  # every crash costs only its own test
     ],
 )
 def test_misbehaving_tests_score_zero_with_a_reason(toy_grade, name, words):
@@ -116,10 +119,11 @@ def _is_toy_daemon(pid: str, marker: bytes) -> bool:
 
 
 def test_points_are_shared_by_problem(toy_grade):
-    tests = toy_grade[1]["tests"]
+    tests, problems = toy_grade[1]["tests"], toy_grade[1]["extra_data"]["problems"]
     for problem, points in (("alpha", 4), ("beta", 6), ("gamma", 2)):
         mine = [entry for entry in tests if f" {problem} [" in entry["name"]]
-        assert abs(sum(entry["max_score"] for entry in mine) - points) < 1e-3
+        later = problems[problem]["gpu_later"]  # GPU-only tests' points, when this runner has no GPU
+        assert abs(sum(entry["max_score"] for entry in mine) + later - points) < 1e-3
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="hiding files from student code needs root (the sandbox user)")
@@ -147,4 +151,4 @@ def test_the_total_time_limit_fails_what_is_left_and_still_writes_results(tmp_pa
     assert outputs["test_add"]["status"] == "passed"
     assert "grading time limit" in outputs["test_hang"]["output"]
     assert outputs["test_still_graded"]["status"] == "failed" and "time limit" in outputs["test_still_graded"]["output"]
-    assert report.seconds < 30
+    assert report.seconds < 40  # the 8 s limit, plus starting processes on a busy 2-core machine

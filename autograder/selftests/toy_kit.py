@@ -1,11 +1,11 @@
 """A tiny kit (two problems, a handful of trivial tests) to test the grader's machinery fast.
 
 Read by the grader's selftests. The real suites take minutes and change as the assignment
-grows; the watchdog, the crash recovery, the tamper guard and the points arithmetic are
+grows; the watchdog, the crash recovery, the executor's isolation and the points arithmetic are
 checked here on tests that take milliseconds, against a submission whose functions crash,
 hang, exit, patch pytest or forge results on purpose. The toy kit reuses the real
-``conftest.py`` and ``tests/submission.py``, so the submission is loaded exactly as in a real
-grade.
+``conftest.py``, ``tests/submission.py`` and ``tests/executor/``, so the submission runs in an
+executor exactly as in a real grade.
 """
 
 from __future__ import annotations
@@ -184,7 +184,9 @@ def build_toy_kit(root: Path) -> tuple[Path, Path, object]:
     (kit / "tests").mkdir(parents=True)
     (kit / "autograder" / "hidden_tests").mkdir(parents=True)
     shutil.copy(KIT / "conftest.py", kit / "conftest.py")
-    shutil.copy(KIT / "tests" / "submission.py", kit / "tests" / "submission.py")
+    for helper in ("submission.py", "stub_failures.py"):  # what the root conftest imports
+        shutil.copy(KIT / "tests" / helper, kit / "tests" / helper)
+    shutil.copytree(KIT / "tests" / "executor", kit / "tests" / "executor", ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "tests" / "__init__.py").write_text("")
     (kit / "tests" / "test_alpha.py").write_text(textwrap.dedent(VISIBLE_ALPHA))
     (kit / "autograder" / "hidden_tests" / "test_gamma_hidden.py").write_text(textwrap.dedent(HIDDEN_GAMMA))

@@ -124,6 +124,7 @@ class Executor:
         self._kernels: dict[str, set[str]] | None = None
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
         self._prepared = False
+        self._log_start = 0
 
     # -- the process ---------------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class Executor:
         to_read, self._to = os.pipe()
         self._from, from_write = os.pipe()
         log = open(work / "executor.log", "ab")
+        self._log_start = log.tell()  # what earlier executors printed is not this one's output
         extra = {}
         if self.settings.uid is not None:
             extra = {"user": self.settings.uid, "group": self.settings.gid, "extra_groups": []}
@@ -222,13 +224,21 @@ class Executor:
                 pass
         self.process = None
 
-    def _fail(self, what: str) -> ExecutorFailure:
+    def _fail(self, what: str, died: bool = False) -> ExecutorFailure:
+        """Stop the executor and remember why. ``died``: it closed its pipe, so wait briefly for its
+        exit status; otherwise (a hang) first ask it to print where each of its threads is."""
         status = None
-        if self.process is not None:
+        if died and self.process is not None:
             try:
-                status = self.process.wait(timeout=2)
+                status = self.process.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
                 status = None
+        elif self.process is not None and self.process.poll() is None:
+            try:
+                os.kill(self.process.pid, signal.SIGUSR1)  # faulthandler in the executor prints its stacks
+                self.process.wait(timeout=0.3)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         self.stop()
         message = what
         if status is not None:
@@ -257,7 +267,7 @@ class Executor:
         path = self.settings.workdir / "executor.log"
         try:
             with open(path, "rb") as handle:
-                handle.seek(max(0, path.stat().st_size - 16384))
+                handle.seek(max(self._log_start, path.stat().st_size - 16384))
                 text = handle.read().decode(errors="replace")
         except OSError:
             return ""
@@ -273,8 +283,13 @@ class Executor:
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
     def end_test(self) -> None:
-        """Called after each test: when the executor failed in it, start the next one now, between tests."""
+        """Called after each test (in its teardown)."""
         self.deadline = None
+
+    def restart_if_failed(self) -> None:
+        """When the executor failed, start the next one now. The grader's plugin calls this after a
+        test's verdict is sent, so that no test's time limit pays for the start-up; otherwise the
+        next call starts it (and its start-up is not charged to that test's budget either)."""
         if self.failure is not None and self.process is None:
             try:
                 self.start()
@@ -351,7 +366,7 @@ class Executor:
                     continue
                 break
         except (Closed, BrokenPipeError):
-            raise self._fail("the process running the submission died") from None
+            raise self._fail("the process running the submission died", died=True) from None
         except TimedOut:
             raise self._fail(f"timed out: the submission was still running after "
                              f"{self.settings.test_timeout_s:.0f} s" if self.deadline else

@@ -256,6 +256,7 @@ class Server:
 def main(argv: list[str]) -> None:
     submission, in_fd, out_fd, limits = argv
     faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the harness asks for the stacks of a hang
     apply_limits(json.loads(limits))
     server = Server(submission, int(in_fd), int(out_fd))
     if os.environ.get("CS336_EXECUTOR_TRITON", "1") == "1":
