@@ -76,7 +76,7 @@ def assert_state_close(got: dict, expected: dict, *, what: str, context: str, ex
 
 def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
             lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
-            rows: int = 6) -> list[dict]:
+            rows: int = 6, backend: str = "gloo") -> list[dict]:
     """Train ``model`` with DDP ``variant`` on ``world_size`` ranks and check it against one process.
 
     Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
@@ -90,7 +90,9 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
                     optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api)
     context = (f"{variant} DDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
                f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else ""))
-    ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
+    context += f", {backend}"
+    ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
+                     context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr)
     for rank, result in enumerate(ranks):
         where = f"{context}; rank {rank}"
@@ -200,12 +202,24 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
 
 GATHERS = ("all_gather_into_tensor", "all_gather")
 REDUCE_SCATTERS = ("reduce_scatter_tensor", "reduce_scatter")
+
+
+def need_gpus(count: int) -> None:
+    """Skip the calling test unless ``count`` CUDA GPUs are present (one rank per GPU with NCCL)."""
+    import pytest
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < count:
+        pytest.skip(f"needs a CUDA GPU per rank: {count} GPUs (found {found})")
+
+
 FSDP_TOLERANCE = {None: FP32_TOLERANCE, torch.float16: {"atol": 2e-3, "rtol": 2e-3},
                   torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
 
 
 def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD", lr: float = 0.1,
-             compute_dtype: torch.dtype | None = None, seed: int = 0, rows: int = 6) -> list[dict]:
+             compute_dtype: torch.dtype | None = None, seed: int = 0, rows: int = 6,
+             backend: str = "gloo") -> list[dict]:
     """Train ``model`` with FSDP on ``world_size`` ranks and check it against one process.
 
     Checks: each Linear/Embedding weight is held as a float32 shard of at most a 1/world_size
@@ -219,7 +233,9 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
                     lr=lr, compute_dtype=compute_dtype)
     context = (f"FSDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
                f"{optimizer}(lr={lr}), compute_dtype={compute_dtype}")
-    ranks = ranks_of(run_probe(adapters, "fsdp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
+    context += f", {backend}"
+    ranks = ranks_of(run_probe(adapters, "fsdp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S,
+                               backend=backend), context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr,
                             compute_dtype=compute_dtype)
     full_model = reference.build(model)

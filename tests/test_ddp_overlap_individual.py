@@ -11,7 +11,7 @@ import pytest
 
 from tests.executor.probes.parallel_models import CHAIN_WIDTHS
 from tests.parallel_checks import (all_reduces, assert_same_numels, describe, gradient_numels, launch_position,
-                                   run_ddp, step_events)
+                                   need_gpus, run_ddp, step_events)
 
 CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
 
@@ -41,3 +41,18 @@ def test_ddp_all_reduces_overlap_the_backward(adapters):
                     f"rank {rank}, step {step}: layer {layer}'s gradient all-reduce ({CHAIN_NUMELS[layer]} elements) "
                     f"must be launched as soon as its gradient is ready, before the backward reaches layer "
                     f"{layer - 1}; events:\n  {describe(step_events(events, step))}")
+
+
+@pytest.mark.gpu
+def test_ddp_on_two_gpus_with_nccl_overlaps_the_backward(adapters):
+    need_gpus(2)
+    ranks = run_ddp(adapters, "individual", "lm", 2, steps=2, backend="nccl", optimizer="AdamW", lr=1e-2)
+    ranks_chain = run_ddp(adapters, "individual", "chain", 2, steps=2, backend="nccl")
+    for rank, result in enumerate(ranks_chain):
+        events = result["events"]
+        for layer in range(1, len(CHAIN_NUMELS)):
+            assert launch_position(events, CHAIN_NUMELS[layer], 1) < events.index(
+                ("backward_reached", layer - 1), events.index(("step", 1))), (
+                f"rank {rank}: with NCCL too, layer {layer}'s all-reduce must start before the backward reaches "
+                f"layer {layer - 1}; events:\n  {describe(step_events(events, 1))}")
+    assert ranks

@@ -64,9 +64,9 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
     return {"shards": shards, "grads": grads, "fulls": fulls}
 
 
-def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0) -> dict:
-    """``train_rank(**settings)`` on ``world_size`` ranks; see ``parallel_launch.launch`` for the result."""
-    return launch(load_adapters, "fsdp.train_rank", world_size, settings, timeout_s=timeout_s)
+def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0, backend: str = "gloo") -> dict:
+    """``train_rank(**settings)`` on ``world_size`` ranks ("nccl": one GPU each); see ``parallel_launch.launch``."""
+    return launch(load_adapters, "fsdp.train_rank", world_size, settings, timeout_s=timeout_s, backend=backend)
 
 
 PROBES = {"train": train}
