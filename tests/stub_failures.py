@@ -9,7 +9,7 @@ A test that reaches one:
   error, so shrinking it (and rerunning the work done before the stub, such as an interpreted
   Triton forward before a stubbed backward) only costs time;
 - shows as ``N`` in the progress line and as "not implemented" in the final counts, and the
-  stubs it reached are listed once each under "not implemented yet", in the order the tests ran.
+  stubs it reached are listed once each under "not implemented yet", in handout order.
 
 The test still fails: pytest exits with status 1 and the grader scores it 0. Under
 ``--isolate`` the error comes back from the submission's process as a built-in
@@ -125,7 +125,8 @@ def pytest_terminal_summary(terminalreporter):
         stubs[key] = stubs.get(key, 0) + 1
     terminalreporter.section("not implemented yet", sep="=", yellow=True)
     width = max(len(section) for section, _, _ in stubs)
-    for (section, file, function), count in stubs.items():
+    in_handout_order = sorted(stubs.items(), key=lambda item: [int(n) for n in re.findall(r"\d+", item[0][0])])
+    for (section, file, function), count in in_handout_order:
         tests = "test" if count == 1 else "tests"
         terminalreporter.write_line(f"{section:<{width}}  {file}: {function}  ({count} {tests})")
     terminalreporter.write_line(
