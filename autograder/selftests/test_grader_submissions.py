@@ -110,8 +110,6 @@ def test_every_stub_failure_names_what_to_implement(stub_grade):
     vague = []
     for entry in results["tests"]:
         output = entry["output"]
-        if output.startswith(NOT_GRADED):
-            continue
         if not ("is not implemented yet" in output and "cs336_systems/" in output and "§" in output):
             vague.append((entry["name"], output[:300]))
     assert not vague, f"{len(vague)} stub failures do not name the file, function and handout section: {vague[:5]}"
