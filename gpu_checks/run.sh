@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The GPU acceptance checks, run on an H200 from the repo root:
-#   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|tolerances-bf16|benchmark|tune|mutants|race|leaderboard ...]
+#   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|tolerances-bf16|benchmark|tune|mutants|race|leaderboard|attacks|parallel ...]
+# `attacks` grades the attacks only a GPU can judge (gpu_checks/attacks_gpu.py); `parallel` runs the
+# part-2 GPU tests (NCCL, two GPUs: use the two-GPU machine); `batch` grades a fake Gradescope export
+# with one GPU and with two (gpu_checks/batch_throughput.py; two-GPU machine, BATCH_PROBLEMS to choose).
 # With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
 # grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
@@ -53,7 +56,11 @@ for step in "${steps[@]}"; do
         mutants) run_step mutants python3 -m pytest autograder/selftests/test_mutant_catalog.py \
                    -p no:cacheprovider -q --durations=10 ;;
         leaderboard) run_step leaderboard python3 -m leaderboard selftest ;;
-        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard)"; exit 2 ;;
+        attacks) run_step attacks python3 gpu_checks/attacks_gpu.py "$logdir/attacks" ;;
+        batch) run_step batch python3 gpu_checks/batch_throughput.py "$logdir/batch" "${BATCH_PROBLEMS:-flash_forward_pytorch,nsys_profile}" ;;
+        parallel) run_step parallel python3 -m pytest tests autograder/hidden_tests -m gpu --submission reference \
+                   --isolate -p no:cacheprovider -q -k "ddp or fsdp or sharded" ;;
+        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel)"; exit 2 ;;
     esac
 done
 exit $status
