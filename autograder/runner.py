@@ -161,7 +161,8 @@ def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int
         "--submission", str(spec.sandbox),
         "--isolate", "--executor-dir", str(executor_dir),
         "--executor-limits", json.dumps(spec.executor_limits),
-        "--executor-timeout", f"{max(1.0, spec.test_timeout_s - 3.0):.1f}",
+        # the executor gives up first, so that the harness can still report the test (the watchdog kills at the limit)
+        "--executor-timeout", f"{max(spec.test_timeout_s - 3.0, 0.75 * spec.test_timeout_s):.1f}",
     ]
     if uid is not None:
         args += ["--executor-uid", str(uid), "--executor-gid", str(uid)]
