@@ -113,12 +113,29 @@ def collect_tests(manifest: Manifest, runs: list[SuiteRun], problems: list[Probl
         mine = [test for test in tests if test.problem.name == problem.name]
         for test in mine:
             test.weight = problem.weight_of(test.key)
-        total = sum(test.weight for test in mine)
-        for test in mine:
-            test.max_score = problem.points * test.weight / total if total > 0 else 0.0
+        _apportion(mine, problem.points)
     order = {problem.name: index for index, problem in enumerate(manifest.problems)}
     tests.sort(key=lambda test: (order[test.problem.name], test.suite != "visible"))
     return tests
+
+
+def _apportion(tests: list[GradedTest], points: float) -> None:
+    """Share ``points`` among ``tests`` by weight, in the 1e-4 steps results.json shows, so that the
+    shares add up to exactly ``points`` (largest remainders get the leftover steps): a submission
+    that passes every test gets every point, not 9.9995 of 10."""
+    total = sum(test.weight for test in tests)
+    if total <= 0:
+        for test in tests:
+            test.max_score = 0.0
+        return
+    steps = round(points * 10_000)
+    exact = [steps * test.weight / total for test in tests]
+    shares = [math.floor(value) for value in exact]
+    by_remainder = sorted(range(len(tests)), key=lambda i: exact[i] - shares[i], reverse=True)
+    for index in by_remainder[: steps - sum(shares)]:
+        shares[index] += 1
+    for test, share in zip(tests, shares):
+        test.max_score = share / 10_000
 
 
 def rejected_tests(problems: list[Problem], message: str) -> list[GradedTest]:
