@@ -264,6 +264,48 @@ def run_flash_benchmark_sweep(
 # torch.distributed.init_process_group; each rank calls it with its own model.
 # --------------------------------------------------------------------------------------
 
+# §3.1 distributed_communication
+
+
+def run_time_all_reduce(
+    tensor: torch.Tensor,
+    *,
+    warmup_steps: int,
+    measure_steps: int,
+    synchronize: Callable[[], None],
+    timer: Callable[[], float] = time.perf_counter,
+    all_reduce: Callable[[torch.Tensor], Any] | None = None,
+) -> list[float]:
+    """Time all-reduces of ``tensor`` after untimed warm-up ones; see ``distributed_communication.time_all_reduce``."""
+    from cs336_systems.distributed_communication import time_all_reduce
+
+    return time_all_reduce(tensor, warmup_steps=warmup_steps, measure_steps=measure_steps, synchronize=synchronize,
+                           timer=timer, all_reduce=all_reduce)
+
+
+def run_benchmark_all_reduce(size_bytes: int, *, warmup_steps: int, measure_steps: int,
+                             device: str | torch.device) -> dict[str, Any]:
+    """Time an all-reduce of ``size_bytes`` on every rank; see ``distributed_communication.benchmark_all_reduce``."""
+    from cs336_systems.distributed_communication import benchmark_all_reduce
+
+    return benchmark_all_reduce(size_bytes, warmup_steps=warmup_steps, measure_steps=measure_steps, device=device)
+
+
+def run_all_reduce_report(results: list[dict[str, Any]], plot_path: str | Path) -> str:
+    """Plot ``results`` to ``plot_path`` and return their Markdown table; see ``distributed_communication``."""
+    from cs336_systems.distributed_communication import markdown_table, plot_results
+
+    plot_results(results, plot_path)
+    return markdown_table(results)
+
+
+def run_distributed_communication_cli(argv: list[str]) -> int:
+    """Run the all-reduce benchmark's command line with ``argv``; return its exit status."""
+    from cs336_systems.distributed_communication import main
+
+    return main(argv)
+
+
 # §3.2 naive_ddp
 
 
