@@ -2,7 +2,8 @@
 # The GPU acceptance checks, run on an H200 from the repo root:
 #   bash gpu_checks/run.sh LOGDIR [tests|grade|tolerances|tolerances-bf16|benchmark|tune|mutants|race|leaderboard|attacks|parallel ...]
 # `attacks` grades the attacks only a GPU can judge (gpu_checks/attacks_gpu.py); `parallel` runs the
-# part-2 GPU tests (NCCL, two GPUs: use the two-GPU machine); `batch` grades a fake Gradescope export
+# part-2 GPU tests (NCCL, two GPUs: use the two-GPU machine); `parallel-bench` (two GPUs, under 4 min) the
+# all-reduce table (NCCL, 1 MB-1 GB, all_reduce.png) and the DDP/FSDP step-time table (parallel_training.md); `batch` grades a fake Gradescope export
 # with one GPU and with two (gpu_checks/batch_throughput.py; two-GPU machine, BATCH_PROBLEMS to choose).
 # With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
 # grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
@@ -17,6 +18,8 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(grade race benchmark leaderboard)
 mkdir -p "$logdir"
 export PYTHONUNBUFFERED=1
+# NCCL multicast (NVLS, symmetric memory, NVSHMEM) off in every process: the ranks inherit these.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 status=0
 
 {
@@ -60,7 +63,14 @@ for step in "${steps[@]}"; do
         batch) run_step batch python3 gpu_checks/batch_throughput.py "$logdir/batch" "${BATCH_PROBLEMS:-flash_forward_pytorch,nsys_profile}" ;;
         parallel) run_step parallel python3 -m pytest tests autograder/hidden_tests -m gpu --submission reference \
                    --isolate -p no:cacheprovider -q -k "ddp or fsdp or sharded" ;;
-        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel)"; exit 2 ;;
+        parallel-bench)  # two GPUs; about 1-2 min: all-reduce over NCCL 1 MB-1 GB, then each part-2 wrapper on the small LM
+            run_step parallel-bench-all-reduce timeout -k 5 100 bash -c "cd reference && exec python3 -m \
+                   cs336_systems.distributed_communication --backend nccl --world-sizes 2 --sizes-mb 1 10 100 1000 \
+                   --warmup-steps 5 --measure-steps 10 --plot '$(realpath "$logdir")/all_reduce.png'"
+            run_step parallel-bench-training timeout -k 5 130 python3 benchmarks/parallel_training_benchmark.py \
+                   --model-size small --context-length 128 --batch-size 4 --world-size 2 --timeout-s 120 \
+                   --out "$logdir/parallel_training.md" ;;
+        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel parallel-bench)"; exit 2 ;;
     esac
 done
 exit $status
