@@ -157,6 +157,60 @@ def run_memory_profile(fn: Callable[[], Any], *, snapshot_path: str | Path, max_
 
 
 # --------------------------------------------------------------------------------------
+# §1.4 mixed_precision_accumulation, §1.5 benchmarking_mixed_precision, §1.6 gradient_checkpointing
+# --------------------------------------------------------------------------------------
+
+
+def run_accumulate(value: float, steps: int, *, accumulator_dtype: torch.dtype, addend_dtype: torch.dtype) -> torch.Tensor:
+    """Add ``value`` ``steps`` times in the dtypes given; see ``mixed_precision_accumulation.accumulate``."""
+    from cs336_systems.mixed_precision_accumulation import accumulate
+
+    return accumulate(value, steps, accumulator_dtype=accumulator_dtype, addend_dtype=addend_dtype)
+
+
+def run_accumulation_table(value: float = 0.01, steps: int = 1000) -> list[dict[str, Any]]:
+    """The table of accumulation results; see ``mixed_precision_accumulation.accumulation_table``."""
+    from cs336_systems.mixed_precision_accumulation import accumulation_table
+
+    return accumulation_table(value, steps)
+
+
+def run_autocast_dtypes(dtype: torch.dtype, device: str | torch.device = "cpu") -> dict[str, str]:
+    """Dtypes of a ToyModel step under autocast; see ``benchmarking_mixed_precision.autocast_dtypes``."""
+    from cs336_systems.benchmarking_mixed_precision import autocast_dtypes
+
+    return autocast_dtypes(dtype, device)
+
+
+def run_compare_precisions(model_size: str, *, context_length: int, mode: str, warmup_steps: int, measure_steps: int,
+                           device: str | torch.device, batch_size: int = 4,
+                           model_overrides: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """benchmark_model in fp32 then bf16 autocast; see ``benchmarking_mixed_precision.compare_precisions``."""
+    from cs336_systems.benchmarking_mixed_precision import compare_precisions
+
+    return compare_precisions(model_size, context_length=context_length, mode=mode, warmup_steps=warmup_steps,
+                              measure_steps=measure_steps, device=device, batch_size=batch_size,
+                              model_overrides=model_overrides)
+
+
+def run_checkpointed_lm_forward(model: torch.nn.Module, token_ids: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The LM's forward with layers checkpointed in groups; see ``gradient_checkpointing.checkpointed_lm_forward``."""
+    from cs336_systems.gradient_checkpointing import checkpointed_lm_forward
+
+    return checkpointed_lm_forward(model, token_ids, block_size)
+
+
+def run_peak_memory_by_block_size(model_size: str, *, block_sizes: list[int], context_length: int,
+                                  device: str | torch.device, batch_size: int = 4,
+                                  model_overrides: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Peak CUDA memory per checkpoint block size; see ``gradient_checkpointing.peak_memory_by_block_size``."""
+    from cs336_systems.gradient_checkpointing import peak_memory_by_block_size
+
+    return peak_memory_by_block_size(model_size, block_sizes=block_sizes, context_length=context_length,
+                                     device=device, batch_size=batch_size, model_overrides=model_overrides)
+
+
+# --------------------------------------------------------------------------------------
 # §2.1 pytorch_attention and §2.2 torch_compile
 # --------------------------------------------------------------------------------------
 

@@ -1,0 +1,19 @@
+"""Hidden tests of §1.5 benchmarking_mixed_precision: train steps at an odd length; fp16 and bf16 autocast on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.mixed_precision_checks import assert_autocast_dtypes, assert_compares_precisions
+from tests.model_spies import lm_spy  # noqa: F401 (a fixture)
+
+
+def test_compare_precisions_train_steps_at_an_odd_length(lm_spy):  # noqa: F811
+    assert_compares_precisions(lm_spy, context_length=7, mode="train_step", warmup_steps=0, measure_steps=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_autocast_dtypes_on_gpu(adapters, dtype):
+    assert_autocast_dtypes(adapters, dtype, "cuda")
