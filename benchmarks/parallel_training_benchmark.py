@@ -134,8 +134,12 @@ def _rank_main(rank: int, args, work: str) -> None:
         for name in args.wrappers:
             try:
                 row = _time_wrapper(adapters, name, args, device, rank)
-            except torch.cuda.OutOfMemoryError:
-                row = {"wrapper": name, "mean_s": float("nan"), "peak_bytes": 0, "error": "OOM"}
+            except Exception as error:  # noqa: BLE001  OOM, or a wrapper that fails on every rank: the others still run
+                kind = "OOM" if isinstance(error, torch.cuda.OutOfMemoryError) else f"failed: {type(error).__name__}"
+                print(f"rank {rank}: {name}: {kind}: {str(error)[:300]}", file=sys.stderr, flush=True)
+                row = {"wrapper": name, "mean_s": float("nan"), "peak_bytes": 0, "error": kind}
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
             every: list = [None] * args.world_size
             dist.all_gather_object(every, row)
             slowest = max(every, key=lambda r: r["mean_s"] if r["mean_s"] == r["mean_s"] else float("inf"))
