@@ -62,7 +62,7 @@ for step in "${steps[@]}"; do
         attacks) run_step attacks python3 gpu_checks/attacks_gpu.py "$logdir/attacks" ;;
         batch) run_step batch python3 gpu_checks/batch_throughput.py "$logdir/batch" "${BATCH_PROBLEMS:-flash_forward_pytorch,nsys_profile}" ;;
         parallel) run_step parallel python3 -m pytest tests autograder/hidden_tests -m gpu --submission reference \
-                   --isolate -p no:cacheprovider -q -k "ddp or fsdp or sharded" ;;
+                   --isolate -p no:cacheprovider -q -k "ddp or fsdp or sharded or distributed_communication" ;;
         parallel-bench)  # two GPUs; about 1-2 min: all-reduce over NCCL 1 MB-1 GB, then each part-2 wrapper on the small LM
             run_step parallel-bench-all-reduce timeout -k 5 100 bash -c "cd reference && exec python3 -m \
                    cs336_systems.distributed_communication --backend nccl --world-sizes 2 --sizes-mb 1 10 100 1000 \
