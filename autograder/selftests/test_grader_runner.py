@@ -48,7 +48,7 @@ def test_results_json_is_valid_and_matches_the_report(toy_grade):
     import torch
 
     gpu_only = 0 if torch.cuda.is_available() else 1  # left out on a CPU runner, graded on a GPU one
-    assert len(written["tests"]) == 10 + 4 + 4 - gpu_only
+    assert len(written["tests"]) == 11 + 4 + 4 - gpu_only
 
 
 def test_honest_tests_pass_around_crashes(toy_grade):
@@ -70,6 +70,7 @@ def test_honest_tests_pass_around_crashes(toy_grade):
         ("test_os_exit", ["exited with status 0"]),
         ("test_gamma_one", ["exited with status 3"]),
         ("test_gamma_four", ["exited with status 3"]),  # every crash costs only its own test
+        ("test_hog_memory", ["MemoryError", "ran out of memory"]),
     ],
 )
 def test_misbehaving_tests_score_zero_with_a_reason(toy_grade, name, words):
@@ -77,6 +78,15 @@ def test_misbehaving_tests_score_zero_with_a_reason(toy_grade, name, words):
     assert entry["status"] == "failed" and entry["score"] == 0 and entry["max_score"] > 0
     for word in words:
         assert word in entry["output"], entry["output"]
+
+
+def test_a_memory_hog_is_told_the_limit_it_hit(toy_grade):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("no address-space limit where CUDA runs (CUDA reserves far more than it uses)")
+    entry = _by_test(toy_grade[1])["test_hog_memory"]
+    assert "address-space limit of 8 GiB" in entry["output"], entry["output"]
 
 
 def test_gpu_tests_are_left_for_a_gpu_grade_on_cpu(toy_grade):

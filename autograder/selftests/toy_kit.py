@@ -66,6 +66,9 @@ def test_pytest_exit(adapters):
 def test_leaves_a_daemon(adapters):
     assert adapters.leave_a_daemon() == 1
 
+def test_hog_memory(adapters):
+    assert adapters.hog_memory() == 1
+
 @pytest.mark.gpu
 def test_needs_gpu(adapters):
     assert adapters.add(1, 1) == 2
@@ -149,6 +152,10 @@ def pytest_exit():
 
 def os_exit():
     os._exit(0)
+
+
+def hog_memory():
+    return len(bytearray(1 << 40))  # 1 TiB: past any address-space limit the grader sets, and any machine
 
 
 def leave_a_daemon():

@@ -379,7 +379,7 @@ class Executor:
             raise self._fail("the process running the submission sent a malformed launch record")
         self.launches += [tuple(x) for x in launches]
         if "error" in reply:
-            raise _stand_in(reply["error"])
+            raise _stand_in(reply["error"], self.settings.limits)
         self._tag = tag
         try:
             value = self.codec.decode(reply.get("ok"))
@@ -478,7 +478,7 @@ def _holds_tensor(value: Any) -> bool:
     return False
 
 
-def _stand_in(error: Any) -> BaseException:
+def _stand_in(error: Any, limits: dict[str, int | None] | None = None) -> BaseException:
     """The harness's copy of an exception the submission raised: a built-in class, never the submission's."""
     if not isinstance(error, dict):
         return ExecutorFailure("the process running the submission sent a malformed error")
@@ -498,8 +498,9 @@ def _stand_in(error: Any) -> BaseException:
         except Exception:  # noqa: BLE001  classes whose constructor wants other arguments
             stand_in = RuntimeError(message)
         if isinstance(stand_in, MemoryError) or "MemoryError" in kind:
-            stand_in.add_note("The submission ran out of memory: it is limited to the address space the grader "
-                              "allows (see the handout's grading section).")
+            limit = _describe_limit("as_bytes", (limits or {}).get("as_bytes"))
+            stand_in.add_note("The submission ran out of memory" + (f": it went past {limit} that the grader "
+                              "gives the process running it" if limit else "") + ".")
     trace = str(error.get("traceback", ""))
     if trace:
         stand_in.add_note(f"raised in the submission's process ({kind}):\n{trace.rstrip()}")
