@@ -304,7 +304,7 @@ def grade(options: GradeOptions) -> GradeReport:
     private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
     shared = Path(tempfile.mkdtemp(prefix="cs336-sandbox-"))
     try:
-        shared.chmod(0o755)
+        shared.chmod(0o711)  # traversable by the executors, listable and readable by no one else
         sandbox_dir = shared / "submission"
         try:
             sandbox = build_sandbox(options.submission, sandbox_dir,
@@ -315,6 +315,7 @@ def grade(options: GradeOptions) -> GradeReport:
             notes.append(f"no submission found: {error}")
             shutil.rmtree(sandbox_dir, ignore_errors=True)
             sandbox = build_sandbox(private / "empty-upload", sandbox_dir)
+        sandbox_dir.chmod(0o700)  # only the harness (root) reads it; each executor gets a copy of its own
         isolated = os.geteuid() == 0
         user = "its own unprivileged user id (one per test process)" if isolated else None
         python, python_env = sys.executable, {}
@@ -340,7 +341,7 @@ def grade(options: GradeOptions) -> GradeReport:
         workdir = shared / "work"
         for sub in ("", "home", "tmp", "cache"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
-            (workdir / sub).chmod(0o755 if sub == "" else 0o700)
+            (workdir / sub).chmod(0o711 if sub == "" else 0o700)
         files, unmapped = _test_files(kit, manifest, options.suites, problems)
         if options.tests:
             wanted_files = {nodeid.split("::", 1)[0] for nodeid in options.tests}

@@ -48,12 +48,13 @@ def test_results_json_is_valid_and_matches_the_report(toy_grade):
     import torch
 
     gpu_only = 0 if torch.cuda.is_available() else 1  # left out on a CPU runner, graded on a GPU one
-    assert len(written["tests"]) == 11 + 4 + 4 - gpu_only
+    assert len(written["tests"]) == 12 + 4 + 4 - gpu_only
 
 
 def test_honest_tests_pass_around_crashes(toy_grade):
     tests = _by_test(toy_grade[1])
-    for name in ("test_add", "test_still_graded", "test_secret", "test_after_exit", "test_leaves_a_daemon"):
+    for name in ("test_add", "test_still_graded", "test_secret", "test_after_exit", "test_leaves_a_daemon",
+                 "test_cannot_read_other_copies"):
         assert tests[name]["status"] == "passed", tests[name]["output"]
         assert tests[name]["score"] == tests[name]["max_score"] > 0
 

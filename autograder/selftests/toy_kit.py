@@ -69,6 +69,10 @@ def test_leaves_a_daemon(adapters):
 def test_hog_memory(adapters):
     assert adapters.hog_memory() == 1
 
+def test_cannot_read_other_copies(adapters):
+    found, readable = adapters.read_other_copies()
+    assert found and not readable, (found, readable)
+
 @pytest.mark.gpu
 def test_needs_gpu(adapters):
     assert adapters.add(1, 1) == 2
@@ -152,6 +156,25 @@ def pytest_exit():
 
 def os_exit():
     os._exit(0)
+
+
+def read_other_copies():
+    """Every adapters.py under the grader's temp folders but our own copy: (found, readable)."""
+    import glob
+    mine = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found, readable = [], []
+    for root in glob.glob("/tmp/cs336-sandbox-*"):
+        for guess in ("submission/adapters.py", "work/*/submission/adapters.py"):
+            for path in glob.glob(os.path.join(root, guess)) + [os.path.join(root, guess)]:
+                if "*" in path or os.path.realpath(path).startswith(mine + os.sep):
+                    continue
+                found.append(path)
+                try:
+                    open(path).read()
+                    readable.append(path)
+                except OSError:
+                    pass
+    return found, readable
 
 
 def hog_memory():

@@ -143,14 +143,21 @@ class Executor:
         shutil.copytree(source / "cs336_systems", copy / "cs336_systems", symlinks=False,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         self._kernels = triton_kernels_in(copy)
+        # The runtime (kit code) is readable by all; the folder itself only traversable; the
+        # submission's copy and the executor's folders belong to its user alone, so that no other
+        # grade's executor on the host can read this student's code.
         for path in [work, *work.rglob("*")]:
             if path.is_symlink():
                 continue
-            path.chmod(0o755 if path.is_dir() else 0o644)
-            if self.settings.uid is not None and path != work and not path.is_relative_to(work / "runtime"):
-                os.chown(path, self.settings.uid, self.settings.gid)
-        for sub in ("home", "tmp", "cache"):
-            (work / sub).chmod(0o700)
+            public = path.is_relative_to(work / "runtime")
+            if path == work:
+                path.chmod(0o711)
+            elif public:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            else:
+                path.chmod(0o700 if path.is_dir() else 0o600)
+                if self.settings.uid is not None:
+                    os.chown(path, self.settings.uid, self.settings.gid)
         self._prepared = True
 
     def _env(self) -> dict[str, str]:
@@ -188,7 +195,7 @@ class Executor:
         work = self.settings.workdir
         to_read, self._to = os.pipe()
         self._from, from_write = os.pipe()
-        log = open(work / "executor.log", "ab")
+        log = open(os.open(work / "executor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         self._log_start = log.tell()  # what earlier executors printed is not this one's output
         extra = {}
         if self.settings.uid is not None:
