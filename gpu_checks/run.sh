@@ -5,6 +5,10 @@
 # part-2 GPU tests (NCCL, two GPUs: use the two-GPU machine); `parallel-bench` (two GPUs, under 4 min) the
 # all-reduce table (NCCL, 1 MB-1 GB, all_reduce.png) and the DDP/FSDP step-time table (parallel_training.md); `batch` grades a fake Gradescope export
 # with one GPU and with two (gpu_checks/batch_throughput.py; two-GPU machine, BATCH_PROBLEMS to choose).
+# Two GPUs also: `parallel-profile` (gpu_checks/parallel_profile.py: DDP overlap in the profiler's
+# timeline, FSDP memory, for the reference and the mutants those tests catch) and `parallel-mutants`
+# (every part-2 mutant, its NCCL tests included). `fairness` grades the fairness fixtures
+# (autograder/fixtures/fairness) on the GPU; `fp16-mutants` runs the 16-bit accumulator mutants.
 # With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
 # grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
@@ -70,7 +74,15 @@ for step in "${steps[@]}"; do
             run_step parallel-bench-training timeout -k 5 130 python3 benchmarks/parallel_training_benchmark.py \
                    --model-size small --context-length 128 --batch-size 4 --world-size 2 --timeout-s 120 \
                    --out "$logdir/parallel_training.md" ;;
-        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel parallel-bench)"; exit 2 ;;
+        parallel-profile) run_step parallel-profile timeout -k 5 300 python3 gpu_checks/parallel_profile.py \
+                   "$logdir/parallel_profile.md" ;;
+        parallel-mutants) run_step parallel-mutants python3 -m pytest autograder/selftests/test_distributed_mutants.py \
+                   -p no:cacheprovider -q -rs ;;
+        fairness) run_step fairness python3 -m pytest autograder/selftests/test_grader_fairness.py \
+                   -p no:cacheprovider -q -rs --durations=10 ;;
+        fp16-mutants) CS336_MUTANTS=accumulator_float16_pytorch,running_stats_float16_pytorch,accumulator_float16_triton,running_sum_float16_triton \
+                   run_step fp16-mutants python3 -m pytest autograder/selftests/test_mutant_catalog.py -p no:cacheprovider -q -rs ;;
+        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel parallel-bench parallel-profile parallel-mutants fairness fp16-mutants)"; exit 2 ;;
     esac
 done
 exit $status

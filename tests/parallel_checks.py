@@ -149,6 +149,40 @@ def describe(events: list[tuple]) -> str:
     return "\n  ".join(map(str, events))
 
 
+PROFILE_SETTINGS = {"width": 2048, "layers": 12, "rows": 256}
+"""The stack ``ddp_profile`` trains: 12 gradients of 16 MiB, each worth an all-reduce of its own."""
+
+
+def check_overlap_in_gpu_profile(adapters, world_size: int = 2, seed: int = 0) -> None:
+    """On ``world_size`` GPUs over NCCL, some all-reduce kernel runs before the backward's last kernel ends.
+
+    The probe profiles one step of the submission's ``get_ddp`` (tests/executor/probes/ddp_profile.py).
+    An all-reduce launched from a gradient hook is queued while the backward is still being
+    computed, so its NCCL kernel starts while later backward kernels still run; all-reduces
+    launched after ``loss.backward()`` returned wait for every backward kernel queued before them.
+    """
+    settings = dict(PROFILE_SETTINGS, seed=seed)
+    context = (f"get_ddp of {settings['layers']} Linear({settings['width']}, {settings['width']}) layers, "
+               f"{world_size} ranks over NCCL, one profiled step")
+    ranks = ranks_of(run_probe(adapters, "ddp_profile.profile", world_size, settings, timeout_s=150.0), context)
+    for rank, result in enumerate(ranks):
+        kernels = result["value"]["kernels"]
+        backward = [k for k in kernels if k[0] == "backward"]
+        nccl = [k for k in kernels if k[0] == "nccl"]
+        where = f"{context}; rank {rank}"
+        assert backward, f"the profiler recorded no GPU kernel launched during loss.backward() ({where})"
+        assert nccl, (f"the profiler recorded no NCCL kernel in the step: no gradient was all-reduced over NCCL "
+                      f"({where})")
+        first, last = min(k[1] for k in backward), max(k[2] for k in backward)
+        overlapping = [k for k in nccl if k[1] < last]
+        assert overlapping, (
+            f"{where}: none of the step's {len(nccl)} NCCL kernels started before the backward's last kernel ended "
+            f"(the backward's kernels ran from 0 to {last - first:.0f} us; the first NCCL kernel started at "
+            f"{min(k[1] for k in nccl) - first:.0f} us): the all-reduces ran after the backward instead of during "
+            "it. Launch each gradient's all-reduce (async_op=True) from a hook as soon as that gradient is ready, "
+            "and only wait for them in ddp_on_after_backward")
+
+
 # -- optimizer state sharding --------------------------------------------------------------
 
 
@@ -330,3 +364,41 @@ def check_fsdp_communication(ranks: list[dict], steps: int, compute_dtype: torch
                 assert scattered and not reduced, (
                     f"{where}: {name}'s gradient must be reduce-scattered (each rank receives its shard's sum), not "
                     f"all-reduced{shown}")
+
+
+MEMORY_SETTINGS = {"width": 2048, "layers": 16, "rows": 16}
+"""The stack ``fsdp.memory`` trains: 16 weights of 16 MiB in float32, activations of 128 KiB a layer."""
+MEMORY_SLACK = 16 * 2**20
+"""Allowance (bytes) for the allocator's rounding, the inputs and small buffers."""
+
+
+def check_fsdp_memory(adapters, world_size: int = 2) -> None:
+    """On ``world_size`` GPUs over NCCL: FSDP holds only shards between steps, and frees each full weight after use.
+
+    Between steps a rank may hold its shards (1/world_size of the weights) plus two layers'
+    worth; during the forward, the full weights alive at once may take at most six layers' worth
+    (the layer running, two prefetched, and room for gather buffers) above the saved activations.
+    An FSDP whose freed weight is still referenced (for example saved by autograd for the
+    backward) holds every layer's full weight by the end of the forward.
+    """
+    width, layers, rows = MEMORY_SETTINGS["width"], MEMORY_SETTINGS["layers"], MEMORY_SETTINGS["rows"]
+    context = f"get_fsdp of {layers} Linear({width}, {width}) layers (float32), {world_size} ranks over NCCL"
+    ranks = ranks_of(run_probe(adapters, "fsdp.memory", world_size, dict(MEMORY_SETTINGS), timeout_s=150.0), context)
+    layer = width * width * 4
+    mib = 2**20
+    for rank, result in enumerate(ranks):
+        value, where = result["value"], f"{context}; rank {rank}"
+        held_limit = layers * layer // world_size + 2 * layer + MEMORY_SLACK
+        assert value["held"] <= held_limit, (
+            f"{where}: after get_fsdp, the rank holds {value['held'] / mib:.0f} MiB of GPU memory; its shards are "
+            f"{layers * layer // world_size / mib:.0f} MiB (the full model {layers * layer / mib:.0f} MiB), so at most "
+            f"{held_limit / mib:.0f} MiB is allowed: keep only the shard of each weight, and release the full one")
+        activations = 2 * layers * rows * width * 4
+        forward_limit = 6 * layer + activations + MEMORY_SLACK
+        assert value["forward_peak"] <= forward_limit, (
+            f"{where}: the forward's allocations peaked {value['forward_peak'] / mib:.0f} MiB above the step's start; "
+            f"one layer's full weight is {layer / mib:.0f} MiB and the saved activations {activations / mib:.1f} MiB, "
+            f"so at most {forward_limit / mib:.0f} MiB is allowed (the layer running, two prefetched, buffers). Free "
+            "each full weight after its layer: a tensor autograd saved for the backward stays allocated until "
+            "the backward, so release its storage (untyped_storage().resize_(0)) and gather it again for the "
+            "backward")

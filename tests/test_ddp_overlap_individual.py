@@ -3,6 +3,8 @@
 The 'chain' model logs ("backward_reached", i) when the backward reaches layer i; layers'
 weights have distinct sizes, so each logged all-reduce names its parameter. Overlap means:
 the all-reduce of layer i's weight is launched before the backward reaches layer i - 1.
+On two GPUs over NCCL the profiler judges too: in one step's GPU kernel timeline, some NCCL
+kernel starts before the backward's last kernel ends.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.executor.probes.parallel_models import CHAIN_WIDTHS
-from tests.parallel_checks import (all_reduces, assert_same_numels, describe, gradient_numels, launch_position,
-                                   need_gpus, run_ddp, step_events)
+from tests.parallel_checks import (all_reduces, assert_same_numels, check_overlap_in_gpu_profile, describe,
+                                   gradient_numels, launch_position, need_gpus, run_ddp, step_events)
 
 CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
 
@@ -56,3 +58,9 @@ def test_ddp_on_two_gpus_with_nccl_overlaps_the_backward(adapters):
                 f"rank {rank}: with NCCL too, layer {layer}'s all-reduce must start before the backward reaches "
                 f"layer {layer - 1}; events:\n  {describe(step_events(events, 1))}")
     assert ranks
+
+
+@pytest.mark.gpu
+def test_ddp_overlap_shows_in_the_gpu_profile(adapters):
+    need_gpus(2)
+    check_overlap_in_gpu_profile(adapters)

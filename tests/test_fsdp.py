@@ -2,7 +2,9 @@
 
 The 'fsdp_chain' model (an embedding, an RMSNorm and four Linear layers of the provided
 model's classes) logs when each layer's forward begins and ends and when the backward reaches
-it; every gather and reduce-scatter your FSDP makes is logged with its size and dtype.
+it; every gather and reduce-scatter your FSDP makes is logged with its size and dtype. On two
+GPUs, memory is measured on a stack of big Linear layers (tests/parallel_checks.py,
+``check_fsdp_memory``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.parallel_checks import check_fsdp_communication, need_gpus, run_fsdp
+from tests.parallel_checks import check_fsdp_communication, check_fsdp_memory, need_gpus, run_fsdp
 
 
 @pytest.mark.parametrize(("world_size", "compute_dtype"), [(2, None), (3, None), (2, torch.float16)],
@@ -32,3 +34,9 @@ def test_fsdp_on_two_gpus_with_nccl(adapters, compute_dtype):
     run_fsdp(adapters, "lm", 2, compute_dtype=compute_dtype, backend="nccl")
     ranks = run_fsdp(adapters, "fsdp_chain", 2, steps=2, compute_dtype=compute_dtype, backend="nccl")
     check_fsdp_communication(ranks, 2, compute_dtype)
+
+
+@pytest.mark.gpu
+def test_fsdp_memory_on_two_gpus(adapters):
+    need_gpus(2)
+    check_fsdp_memory(adapters)

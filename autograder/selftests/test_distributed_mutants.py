@@ -36,7 +36,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     jobs = []
     for mutant in DISTRIBUTED_MUTANTS:
         jobs.append({"name": mutant.name, "submission": str(materialize_distributed(mutant.name, root)),
-                     "targets": list(mutant.caught_by), "report": str(root / f"{mutant.name}.xml"),
+                     "targets": list(_targets(mutant)), "report": str(root / f"{mutant.name}.xml"),
                      "log": str(root / f"{mutant.name}.log")})
     (root / "jobs.json").write_text(json.dumps(jobs))
     command = [sys.executable, "-m", "autograder.fixtures.mutants.run_jobs", str(root / "jobs.json"),
@@ -47,19 +47,26 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     return {job["name"]: _outcomes(Path(job["report"]), Path(job["log"])) for job in jobs}
 
 
+def _targets(mutant) -> tuple[str, ...]:
+    """The tests ``mutant`` must fail here: its caught_by, and its NCCL tests where two GPUs are present."""
+    two_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+    return mutant.caught_by + (mutant.caught_on_gpus_by if two_gpus else ())
+
+
 def test_distributed_catalog_is_well_formed():
     names = [m.name for m in DISTRIBUTED_MUTANTS]
     assert len(names) >= MIN_MUTANTS, f"only {len(names)} data-parallel mutants: {names}"
     assert len(names) == len(set(names)), f"duplicate mutant names: {names}"
     manifest = load_manifest()
     for mutant in DISTRIBUTED_MUTANTS:
-        covered = {manifest.problem_of_file(node.split("::")[0].rsplit("/", 1)[-1]).name for node in mutant.caught_by}
+        covered = {manifest.problem_of_file(node.split("::")[0].rsplit("/", 1)[-1]).name
+                   for node in mutant.caught_by + mutant.caught_on_gpus_by}
         assert covered >= set(mutant.breaks), f"{mutant.name}: breaks {mutant.breaks}, caught_by covers {covered}"
 
 
 @pytest.mark.parametrize("mutant", DISTRIBUTED_MUTANTS, ids=[m.name for m in DISTRIBUTED_MUTANTS])
 def test_distributed_mutant_fails_its_hidden_tests(mutant, runs):
     outcomes = runs[mutant.name]
-    not_failed = {node: outcomes.get(node, "not run (no such test?)") for node in mutant.caught_by
+    not_failed = {node: outcomes.get(node, "not run (no such test?)") for node in _targets(mutant)
                   if outcomes.get(node) != "failed"}
     assert not not_failed, f"mutant {mutant.name} ({mutant.mistake}) was not caught by {not_failed}"

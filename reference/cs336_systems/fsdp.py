@@ -76,8 +76,9 @@ class ShardedLayer:
     def wait(self) -> torch.Tensor:
         """The full weight, (*shape) in the compute dtype, once its gather has arrived."""
         self.launch_gather()
-        self._work.wait()
-        self._work = None
+        if self._work is not None:  # None: still gathered from an earlier call
+            self._work.wait()
+            self._work = None
         return self.full[: self.numel].view(self.shape)
 
     def free(self) -> None:

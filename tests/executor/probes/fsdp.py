@@ -69,4 +69,61 @@ def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.
     return launch(load_adapters, "fsdp.train_rank", world_size, settings, timeout_s=timeout_s, backend=backend)
 
 
-PROBES = {"train": train}
+class DeepStack(torch.nn.Module):
+    """x (rows, width) -> (rows, width) through ``layers`` of the provided model's ``Linear``: weights dwarf activations."""
+
+    def __init__(self, model, width: int, layers: int):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(model.Linear(width, width) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def memory_rank(adapters, *, rank: int, world_size: int, device: str, width: int, layers: int, rows: int,
+                seed: int = 0) -> dict:
+    """One rank's GPU memory through FSDP of ``DeepStack`` (a job of ``parallel_launch``; CUDA only).
+
+    Returns bytes: ``held``, allocated after wrapping (the unwrapped model gone);
+    ``forward_peak`` and ``step_peak``, the highest allocation above the level at the start of
+    the second step (SGD, compute dtype float32) during its forward, and during its forward,
+    backward and ``fsdp_on_after_backward``. The first step warms up NCCL and the allocator.
+    """
+    import cs336_systems.model  # noqa: F401  the submission's provided model (loaded by parallel_launch)
+
+    torch.manual_seed(seed)
+    net = DeepStack(sys.modules["cs336_systems.model"], width, layers).to(device)
+    generator = torch.Generator().manual_seed(seed + 1 + rank)
+    x = torch.randn(rows, width, generator=generator).to(device)
+    y = torch.randn(rows, width, generator=generator).to(device)
+    fsdp = adapters.get_fsdp(net)
+    del net
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated(device)
+    opt = make_optimizer("SGD", fsdp.parameters(), 1e-3)
+    peaks = {}
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        loss = torch.nn.functional.mse_loss(fsdp(x), y)
+        torch.cuda.synchronize()
+        peaks["forward_peak"] = torch.cuda.max_memory_allocated(device) - start
+        loss.backward()
+        adapters.fsdp_on_after_backward(fsdp, opt)
+        torch.cuda.synchronize()
+        peaks["step_peak"] = torch.cuda.max_memory_allocated(device) - start
+        del loss
+        opt.step()
+    return {"held": held, **peaks}
+
+
+def memory(load_adapters, world_size: int, settings: dict, timeout_s: float = 120.0) -> dict:
+    """``memory_rank(**settings)`` on ``world_size`` ranks over NCCL, one GPU each; see ``parallel_launch.launch``."""
+    return launch(load_adapters, "fsdp.memory_rank", world_size, settings, timeout_s=timeout_s, backend="nccl")
+
+
+PROBES = {"train": train, "memory": memory}

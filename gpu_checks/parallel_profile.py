@@ -1,0 +1,82 @@
+"""Measure, on two GPUs over NCCL, what the part-2 GPU tests judge: DDP overlap in the profile, FSDP memory.
+
+Run from the repo root on a machine with two CUDA GPUs: ``python3 gpu_checks/parallel_profile.py
+OUT.md``. For the reference and the two mutants those tests must catch
+(``ddp_all_reduce_at_the_end``, ``fsdp_keeps_full_weights_after_forward``), it runs the same
+probes as ``tests/test_ddp_overlap_individual.py::test_ddp_overlap_shows_in_the_gpu_profile``
+and ``tests/test_fsdp.py::test_fsdp_memory_on_two_gpus`` (in this process, no executor) and
+writes a Markdown table per probe with rank 0's numbers:
+
+- DDP: the backward's span on the GPU (first to last backward kernel), how many NCCL kernels
+  started inside it, and how much NCCL kernel time lay inside it;
+- FSDP: memory held after wrapping, and the peaks above a step's start during the forward and
+  the whole step, against the limits ``tests/parallel_checks.py`` sets.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(KIT))
+
+from autograder.fixtures.mutants.catalog import materialize_distributed  # noqa: E402
+from tests import parallel_checks as checks  # noqa: E402
+from tests.executor.probes import find  # noqa: E402
+
+MIB = 2**20
+
+
+def overlap_row(name: str, kernels: list) -> str:
+    backward = [k for k in kernels if k[0] == "backward"]
+    nccl = [k for k in kernels if k[0] == "nccl"]
+    first, last = min(k[1] for k in backward), max(k[2] for k in backward)
+    inside = sum(max(0.0, min(end, last) - max(start, first)) for _, start, end in nccl)
+    early = sum(start < last for _, start, _ in nccl)
+    return (f"| {name} | {last - first:.0f} | {len(nccl)} | {early} | {inside:.0f} | "
+            f"{min(k[1] for k in nccl) - first:.0f} |")
+
+
+def main(out: Path) -> int:
+    root = Path(tempfile.mkdtemp(prefix="parallel-profile-"))
+    submissions = {"reference": KIT / "reference",
+                   "ddp_all_reduce_at_the_end": materialize_distributed("ddp_all_reduce_at_the_end", root),
+                   "fsdp_keeps_full_weights_after_forward":
+                       materialize_distributed("fsdp_keeps_full_weights_after_forward", root)}
+    settings = checks.PROFILE_SETTINGS
+    lines = [f"## DDP overlap in the GPU profile ({settings['layers']} x Linear({settings['width']}, "
+             f"{settings['width']}), {settings['rows']} rows a rank, 2 ranks, rank 0)", "",
+             "| submission | backward span (us) | NCCL kernels | started before the backward ended | "
+             "NCCL time inside the backward (us) | first NCCL start (us after the backward's first kernel) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name in ("reference", "ddp_all_reduce_at_the_end"):
+        stand_in = types.SimpleNamespace(__file__=str(submissions[name] / "adapters.py"))
+        result = find("ddp_profile.profile")(lambda stand_in=stand_in: stand_in, 2, dict(settings))
+        ranks = checks.ranks_of(result, name)
+        lines.append(overlap_row(name, ranks[0]["value"]["kernels"]))
+        print(lines[-1], flush=True)
+    memory = checks.MEMORY_SETTINGS
+    layer = memory["width"] ** 2 * 4
+    held_limit = (memory["layers"] * layer // 2 + 2 * layer + checks.MEMORY_SLACK) / MIB
+    forward_limit = (6 * layer + 2 * memory["layers"] * memory["rows"] * memory["width"] * 4
+                     + checks.MEMORY_SLACK) / MIB
+    lines += ["", f"## FSDP memory ({memory['layers']} x Linear({memory['width']}, {memory['width']}) float32, "
+              f"{memory['layers'] * layer / MIB:.0f} MiB of weights, 2 ranks, rank 0)", "",
+              f"| submission | held after wrapping (MiB; limit {held_limit:.0f}) | forward peak (MiB; limit "
+              f"{forward_limit:.0f}) | step peak (MiB) |", "| --- | --- | --- | --- |"]
+    for name in ("reference", "fsdp_keeps_full_weights_after_forward"):
+        stand_in = types.SimpleNamespace(__file__=str(submissions[name] / "adapters.py"))
+        result = find("fsdp.memory")(lambda stand_in=stand_in: stand_in, 2, dict(memory))
+        value = checks.ranks_of(result, name)[0]["value"]
+        lines.append(f"| {name} | {value['held'] / MIB:.1f} | {value['forward_peak'] / MIB:.1f} | "
+                     f"{value['step_peak'] / MIB:.1f} |")
+        print(lines[-1], flush=True)
+    out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
