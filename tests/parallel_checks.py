@@ -164,7 +164,7 @@ def check_overlap_in_gpu_profile(adapters, world_size: int = 2, seed: int = 0) -
     settings = dict(PROFILE_SETTINGS, seed=seed)
     context = (f"get_ddp of {settings['layers']} Linear({settings['width']}, {settings['width']}) layers, "
                f"{world_size} ranks over NCCL, one profiled step")
-    ranks = ranks_of(run_probe(adapters, "ddp_profile.profile", world_size, settings, timeout_s=150.0), context)
+    ranks = ranks_of(run_probe(adapters, "ddp_profile.profile", world_size, settings, timeout_s=90.0), context)
     for rank, result in enumerate(ranks):
         kernels = result["value"]["kernels"]
         backward = [k for k in kernels if k[0] == "backward"]
@@ -383,7 +383,7 @@ def check_fsdp_memory(adapters, world_size: int = 2) -> None:
     """
     width, layers, rows = MEMORY_SETTINGS["width"], MEMORY_SETTINGS["layers"], MEMORY_SETTINGS["rows"]
     context = f"get_fsdp of {layers} Linear({width}, {width}) layers (float32), {world_size} ranks over NCCL"
-    ranks = ranks_of(run_probe(adapters, "fsdp.memory", world_size, dict(MEMORY_SETTINGS), timeout_s=150.0), context)
+    ranks = ranks_of(run_probe(adapters, "fsdp.memory", world_size, dict(MEMORY_SETTINGS), timeout_s=90.0), context)
     layer = width * width * 4
     mib = 2**20
     for rank, result in enumerate(ranks):
