@@ -59,10 +59,8 @@ def main(out: Path) -> int:
         lines.append(overlap_row(name, ranks[0]["value"]["kernels"]))
         print(lines[-1], flush=True)
     memory = checks.MEMORY_SETTINGS
-    layer = memory["width"] ** 2 * 4
-    held_limit = (memory["layers"] * layer // 2 + 2 * layer + checks.MEMORY_SLACK) / MIB
-    forward_limit = (6 * layer + 2 * memory["layers"] * memory["rows"] * memory["width"] * 4
-                     + checks.MEMORY_SLACK) / MIB
+    limits = checks.fsdp_memory_limits(2)
+    layer, held_limit, forward_limit = limits["layer"], limits["held"] / MIB, limits["forward_peak"] / MIB
     lines += ["", f"## FSDP memory ({memory['layers']} x Linear({memory['width']}, {memory['width']}) float32, "
               f"{memory['layers'] * layer / MIB:.0f} MiB of weights, 2 ranks, rank 0)", "",
               f"| submission | held after wrapping (MiB; limit {held_limit:.0f}) | forward peak (MiB; limit "

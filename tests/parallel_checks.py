@@ -166,21 +166,22 @@ def check_overlap_in_gpu_profile(adapters, world_size: int = 2, seed: int = 0) -
                f"{world_size} ranks over NCCL, one profiled step")
     ranks = ranks_of(run_probe(adapters, "ddp_profile.profile", world_size, settings, timeout_s=90.0), context)
     for rank, result in enumerate(ranks):
-        kernels = result["value"]["kernels"]
-        backward = [k for k in kernels if k[0] == "backward"]
-        nccl = [k for k in kernels if k[0] == "nccl"]
-        where = f"{context}; rank {rank}"
-        assert backward, f"the profiler recorded no GPU kernel launched during loss.backward() ({where})"
-        assert nccl, (f"the profiler recorded no NCCL kernel in the step: no gradient was all-reduced over NCCL "
-                      f"({where})")
-        first, last = min(k[1] for k in backward), max(k[2] for k in backward)
-        overlapping = [k for k in nccl if k[1] < last]
-        assert overlapping, (
-            f"{where}: none of the step's {len(nccl)} NCCL kernels started before the backward's last kernel ended "
-            f"(the backward's kernels ran from 0 to {last - first:.0f} us; the first NCCL kernel started at "
-            f"{min(k[1] for k in nccl) - first:.0f} us): the all-reduces ran after the backward instead of during "
-            "it. Launch each gradient's all-reduce (async_op=True) from a hook as soon as that gradient is ready, "
-            "and only wait for them in ddp_on_after_backward")
+        judge_overlap(result["value"]["kernels"], f"{context}; rank {rank}")
+
+
+def judge_overlap(kernels: list, where: str) -> None:
+    """AssertionError unless some "nccl" kernel of ``kernels`` ((kind, start_us, end_us)) starts before the last "backward" one ends."""
+    backward = [k for k in kernels if k[0] == "backward"]
+    nccl = [k for k in kernels if k[0] == "nccl"]
+    assert backward, f"the profiler recorded no GPU kernel launched during loss.backward() ({where})"
+    assert nccl, f"the profiler recorded no NCCL kernel in the step: no gradient was all-reduced over NCCL ({where})"
+    first, last = min(k[1] for k in backward), max(k[2] for k in backward)
+    assert any(k[1] < last for k in nccl), (
+        f"{where}: none of the step's {len(nccl)} NCCL kernels started before the backward's last kernel ended "
+        f"(the backward's kernels ran from 0 to {last - first:.0f} us; the first NCCL kernel started at "
+        f"{min(k[1] for k in nccl) - first:.0f} us): the all-reduces ran after the backward instead of during "
+        "it. Launch each gradient's all-reduce (async_op=True) from a hook as soon as that gradient is ready, "
+        "and only wait for them in ddp_on_after_backward")
 
 
 # -- optimizer state sharding --------------------------------------------------------------
@@ -381,24 +382,36 @@ def check_fsdp_memory(adapters, world_size: int = 2) -> None:
     An FSDP whose freed weight is still referenced (for example saved by autograd for the
     backward) holds every layer's full weight by the end of the forward.
     """
-    width, layers, rows = MEMORY_SETTINGS["width"], MEMORY_SETTINGS["layers"], MEMORY_SETTINGS["rows"]
+    width, layers = MEMORY_SETTINGS["width"], MEMORY_SETTINGS["layers"]
     context = f"get_fsdp of {layers} Linear({width}, {width}) layers (float32), {world_size} ranks over NCCL"
     ranks = ranks_of(run_probe(adapters, "fsdp.memory", world_size, dict(MEMORY_SETTINGS), timeout_s=90.0), context)
-    layer = width * width * 4
-    mib = 2**20
     for rank, result in enumerate(ranks):
-        value, where = result["value"], f"{context}; rank {rank}"
-        held_limit = layers * layer // world_size + 2 * layer + MEMORY_SLACK
-        assert value["held"] <= held_limit, (
-            f"{where}: after get_fsdp, the rank holds {value['held'] / mib:.0f} MiB of GPU memory; its shards are "
-            f"{layers * layer // world_size / mib:.0f} MiB (the full model {layers * layer / mib:.0f} MiB), so at most "
-            f"{held_limit / mib:.0f} MiB is allowed: keep only the shard of each weight, and release the full one")
-        activations = 2 * layers * rows * width * 4
-        forward_limit = 6 * layer + activations + MEMORY_SLACK
-        assert value["forward_peak"] <= forward_limit, (
-            f"{where}: the forward's allocations peaked {value['forward_peak'] / mib:.0f} MiB above the step's start; "
-            f"one layer's full weight is {layer / mib:.0f} MiB and the saved activations {activations / mib:.1f} MiB, "
-            f"so at most {forward_limit / mib:.0f} MiB is allowed (the layer running, two prefetched, buffers). Free "
-            "each full weight after its layer: a tensor autograd saved for the backward stays allocated until "
-            "the backward, so release its storage (untyped_storage().resize_(0)) and gather it again for the "
-            "backward")
+        judge_fsdp_memory(result["value"], world_size, f"{context}; rank {rank}")
+
+
+def fsdp_memory_limits(world_size: int) -> dict[str, int]:
+    """Bytes: one ``layer``'s weight, the ``shards``, ``activations`` saved, and the ``held`` and ``forward_peak`` limits."""
+    width, layers, rows = MEMORY_SETTINGS["width"], MEMORY_SETTINGS["layers"], MEMORY_SETTINGS["rows"]
+    layer = width * width * 4
+    activations = 2 * layers * rows * width * 4
+    return {"layer": layer, "shards": layers * layer // world_size, "activations": activations,
+            "held": layers * layer // world_size + 2 * layer + MEMORY_SLACK,
+            "forward_peak": 6 * layer + activations + MEMORY_SLACK}
+
+
+def judge_fsdp_memory(value: dict, world_size: int, where: str) -> None:
+    """AssertionError unless ``value`` (bytes: held, forward_peak) stays within ``fsdp_memory_limits``."""
+    limits, mib = fsdp_memory_limits(world_size), 2**20
+    layer, held_limit, forward_limit = limits["layer"], limits["held"], limits["forward_peak"]
+    layers, activations = MEMORY_SETTINGS["layers"], limits["activations"]
+    assert value["held"] <= held_limit, (
+        f"{where}: after get_fsdp, the rank holds {value['held'] / mib:.0f} MiB of GPU memory; its shards are "
+        f"{layers * layer // world_size / mib:.0f} MiB (the full model {layers * layer / mib:.0f} MiB), so at most "
+        f"{held_limit / mib:.0f} MiB is allowed: keep only the shard of each weight, and release the full one")
+    assert value["forward_peak"] <= forward_limit, (
+        f"{where}: the forward's allocations peaked {value['forward_peak'] / mib:.0f} MiB above the step's start; "
+        f"one layer's full weight is {layer / mib:.0f} MiB and the saved activations {activations / mib:.1f} MiB, "
+        f"so at most {forward_limit / mib:.0f} MiB is allowed (the layer running, two prefetched, buffers). Free "
+        "each full weight after its layer: a tensor autograd saved for the backward stays allocated until "
+        "the backward, so release its storage (untyped_storage().resize_(0)) and gather it again for the "
+        "backward")
