@@ -81,8 +81,8 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
 
     Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
     "flat", whose ranks start equal); after the first step's synchronisation every rank's
-    gradients equal the whole batch's; after ``steps`` steps every rank's state equals the
-    whole-batch run's. Returns the ranks' results ({"value", "events"}) for further checks.
+    gradients equal the whole batch's; after ``steps`` steps every rank's parameters, buffers
+    and optimizer state equal the whole-batch run's. Returns the ranks' results ({"value", "events"}) for further checks.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
@@ -105,6 +105,8 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
                            context=where)
         assert_state_close(value["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
                            context=where)
+        assert_state_close(value["optimizer_state"], truth["optimizer_state"],
+                           what=f"after {steps} steps, the optimizer's state", context=where)
     return ranks
 
 
@@ -194,8 +196,9 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
 
     ``split_at``: the parameters (in ``named_parameters()`` order) are split there into two
     groups; the optimizer starts with the first and the second is added, with lr / 2, before
-    step ``add_group_at``. Checks every rank's final state against one process with the plain
-    optimizer, and that the local optimizers' parameters split the parameters exactly (each
+    step ``add_group_at``. Checks every rank's final state, and its local optimizers' state,
+    against one process with the plain optimizer (each parameter with state there has it on some
+    rank), and that the local optimizers' parameters split the parameters exactly (each
     owned by one rank, state only for owned ones, no rank owning all). Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
@@ -214,6 +217,16 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
         assert_state_close(result["value"]["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
                            context=f"{context}; rank {rank} (after each step every rank must hold every parameter "
                                    "as its owner updated it: broadcast them)")
+    held: set[str] = set()
+    for rank, result in enumerate(ranks):
+        got = result["value"]["optimizer_state"]
+        assert_state_close(got, {key: value for key, value in truth["optimizer_state"].items() if key in got},
+                           what=f"after {steps} steps, the local optimizer's state", context=f"{context}; rank {rank}")
+        held |= {key.rsplit(".", 1)[0] for key in got}
+    stateless = sorted({key.rsplit(".", 1)[0] for key in truth["optimizer_state"]} - held)
+    assert not stateless, (
+        f"after {steps} steps, no rank's local optimizer holds state for {stateless}, which the plain optimizer "
+        f"has state for: each parameter's owner must step it with its own local optimizer ({context})")
     owned = [result["value"]["owned"] for result in ranks]
     for rank, result in enumerate(ranks):
         value = result["value"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from tests.executor.probes import parallel_models as models
-from tests.executor.probes.ddp import grads_of, make_optimizer, state_of
+from tests.executor.probes.ddp import grads_of, make_optimizer, optimizer_state_of, state_of
 
 
 def _kit_model_module():
@@ -52,7 +52,8 @@ def train(name: str, init_state: dict, inputs: torch.Tensor, targets: torch.Tens
     backward (float32 master weights, float32 gradients), as an FSDP with that dtype does.
     ``groups``/``add_group_at``: the parameters are split into named groups (lists of names);
     the optimizer starts with the first, and the second joins it, with lr / 2, before step
-    ``add_group_at``. Returns ``{"grads": {name: grad or None}, "states": [state after step s]}``.
+    ``add_group_at``. Returns ``{"grads": {name: grad or None}, "states": [state after step s],
+    "optimizer_state": {"<parameter>.<key>": tensor} after the last step}``.
     """
     model = build(name)
     model.load_state_dict(init_state)
@@ -77,4 +78,5 @@ def train(name: str, init_state: dict, inputs: torch.Tensor, targets: torch.Tens
             grads = grads_of(model)
         opt.step()
         states.append(state_of(model))
-    return {"grads": grads, "states": states}
+    names = {id(p): n for n, p in params.items()}
+    return {"grads": grads, "states": states, "optimizer_state": optimizer_state_of([opt], names)}

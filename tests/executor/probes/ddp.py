@@ -49,6 +49,17 @@ def grads_of(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
             for name, p in model.named_parameters(remove_duplicate=False)}
 
 
+def optimizer_state_of(optimizers, names: dict[int, str]) -> dict[str, torch.Tensor]:
+    """{"<parameter name>.<state key>": tensor} of the tensors in ``optimizers``' state (names: id(param) -> name)."""
+    flat = {}
+    for optimizer in optimizers:
+        for param, state in optimizer.state.items():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    flat[f"{names.get(id(param), '<not a parameter of the model>')}.{key}"] = value.detach().cpu().clone()
+    return flat
+
+
 def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: str, model: str,
                init_state: dict, inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str,
                lr: float, bucket_size_mb: float | None = None, api: str = "2026") -> dict:
@@ -94,7 +105,9 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: st
         if step == 0:
             grads = grads_of(net)
         opt.step()
-    return {"after_wrap": after_wrap, "grads": grads, "final": state_of(net)}
+    names = {id(p): name for name, p in net.named_parameters()}
+    return {"after_wrap": after_wrap, "grads": grads, "final": state_of(net),
+            "optimizer_state": optimizer_state_of([opt], names)}
 
 
 def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0, backend: str = "gloo") -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import parallel_models as models
-from .ddp import state_of
+from .ddp import optimizer_state_of, state_of
 from .parallel_launch import launch, record
 
 NAMES: dict[int, str] = {}
@@ -66,7 +66,8 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
         opt.step()
     owned = sorted(name for local in INSTANCES for name in _names(local))
     with_state = sorted(NAMES.get(id(p), "?") for local in INSTANCES for p, state in local.state.items() if state)
-    return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(INSTANCES)}
+    return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(INSTANCES),
+            "optimizer_state": optimizer_state_of(INSTANCES, NAMES)}
 
 
 def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0, backend: str = "gloo") -> dict:
