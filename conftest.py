@@ -25,6 +25,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from tests.gpu_marker import gpus_needed, gpus_present, skip_reason  # noqa: E402
 from tests.submission import load_adapters, resolve_submission_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -49,7 +50,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is present")
+    config.addinivalue_line("markers", "gpu(count=1): needs `count` CUDA GPUs; skipped when fewer are present")
     # Triton's interpreter turns one-element arrays into scalars, which NumPy >= 1.25 warns about
     # hundreds of times a run: silence that warning only, and only from the interpreter.
     config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
@@ -79,12 +80,11 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if config.executor is not None and items:
         config.executor.start()  # it imports torch while the first tests are set up
-    if torch.cuda.is_available():
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none found on this machine)")
+    present = gpus_present()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+        needed = gpus_needed(item)
+        if needed > present:
+            item.add_marker(pytest.mark.skip(reason=skip_reason(needed, present)))
 
 
 def pytest_unconfigure(config):

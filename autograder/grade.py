@@ -401,7 +401,9 @@ def grade(options: GradeOptions) -> GradeReport:
     table = format_table(tests, problems)
     seconds = time.monotonic() - started
     cuda = next((run.cuda for run in merged if run.cuda is not None), None)
-    runner = "GPU runner (CUDA available)" if cuda else "CPU runner (no CUDA: Triton runs in its interpreter)"
+    gpus = next((run.gpus for run in merged if run.gpus is not None), None)
+    runner = (f"GPU runner (CUDA available, {gpus} GPU{'s' * (gpus != 1)})" if cuda and gpus else
+              "GPU runner (CUDA available)" if cuda else "CPU runner (no CUDA: Triton runs in its interpreter)")
     restarts = sum(run.restarts for run in merged)
     lines = [f"Graded on a {runner} in {seconds:.1f} s.", "", table, "", "Submission: " + sandbox.summary()]
     if restarts:
@@ -414,7 +416,8 @@ def grade(options: GradeOptions) -> GradeReport:
         shown = [(shown_nodeid(o.nodeid, suite, hidden_text()).rsplit("/", 1)[-1], o.duration) for o, suite in slowest]
         lines.append("Slowest tests: " + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in shown))
     output = "\n".join(lines)
-    results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard)
+    results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard,
+                           gpus_present=gpus)
     path = None
     if options.out is not None:
         path = options.out / "results.json"
@@ -527,6 +530,7 @@ def _merge(runs: list[SuiteRun]) -> list[SuiteRun]:
         target.outcomes.update(run.outcomes)
         target.collect_errors += run.collect_errors
         target.cuda = run.cuda if run.cuda is not None else target.cuda
+        target.gpus = run.gpus if run.gpus is not None else target.gpus
         target.restarts += run.restarts
         target.wall_s = max(target.wall_s, run.wall_s)
         if run.startup_failure:

@@ -114,8 +114,11 @@ class GraderPlugin:
     def pytest_collection_finish(self, session):
         import torch  # already imported by the root conftest
 
-        items = [{"nodeid": item.nodeid, "gpu": item.get_closest_marker("gpu") is not None} for item in session.items]
-        self._signer.send({"type": "collected", "items": items, "cuda": bool(torch.cuda.is_available())})
+        from tests.gpu_marker import gpus_needed, gpus_present
+
+        items = [{"nodeid": item.nodeid, "gpu": gpus_needed(item)} for item in session.items]
+        self._signer.send({"type": "collected", "items": items, "cuda": bool(torch.cuda.is_available()),
+                           "gpus": gpus_present()})
         session.config.pluginmanager.register(_reporter(self._signer, getattr(session.config, "executor", None)),
                                               "cs336-grader-reporter")
 

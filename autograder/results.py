@@ -2,9 +2,10 @@
 
 Read by staff changing how points are shared or shown. A problem's points (from the manifest)
 are shared among all its tests, visible and hidden, by weight; only a passed test earns its
-share. A test that needs a GPU on a runner without one is not a failure: results.json leaves
-it out of ``tests`` and ``score`` and says at the top of ``output`` which problems and points a
-GPU grade adds (the console table still counts them, under "needs GPU").
+share. A test that needs a GPU on a runner without one, or two GPUs on a runner with one, is
+not a failure: results.json leaves it out of ``tests`` and ``score`` and says at the top of
+``output`` which problems and points a grade with enough GPUs adds (the console table still
+counts them, under "needs GPU").
 
 What a student sees of a hidden test (autograder/hidden_tests/) is its name and its one
 failure message, redacted (``redact_hidden``): no traceback or source text (the ``text`` field
@@ -357,9 +358,9 @@ def problem_points(tests: list[GradedTest]) -> dict[str, dict]:
             for name, entry in points.items()}
 
 
-def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: str) -> list[str]:
-    """The lines at the top of results.json's ``output``: what a GPU grade will add, and when the
-    hidden tests show."""
+def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: str, gpus_present: int) -> list[str]:
+    """The lines at the top of results.json's ``output``: what a grade with (more) GPUs will add, and
+    when the hidden tests show."""
     lines = []
     if pending:
         parts = []
@@ -368,9 +369,15 @@ def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: st
             parts.append(f"{entry['section']} {name} ({count} test{'s' * (count != 1)}, {entry['gpu_later']:.2f} points)")
         later = sum(test.max_score for test in pending)
         here = sum(test.max_score for test in graded)
-        lines.append(f"This runner has no GPU. {later:.2f} points are graded on a GPU after the deadline and are "
-                     f"not in this score: {'; '.join(parts)}. This score is out of the {here:.2f} points a CPU "
-                     "runner can grade; the GPU grade replaces it with the full one.")
+        if gpus_present == 0:
+            lines.append(f"This runner has no GPU. {later:.2f} points are graded on a GPU after the deadline and are "
+                         f"not in this score: {'; '.join(parts)}. This score is out of the {here:.2f} points a CPU "
+                         "runner can grade; the GPU grade replaces it with the full one.")
+        else:
+            lines.append(f"This runner has {gpus_present} GPU{'s' * (gpus_present != 1)}, fewer than some tests need "
+                         f"(one process per GPU). {later:.2f} points are graded on a runner with enough GPUs after the "
+                         f"deadline and are not in this score: {'; '.join(parts)}. This score is out of the "
+                         f"{here:.2f} points this runner can grade; that grade replaces it with the full one.")
     hidden = [test for test in graded if test.suite == "hidden"]
     if hidden:
         points = sum(test.max_score for test in hidden)
@@ -381,12 +388,13 @@ def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: st
 
 
 def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time: float, output: str,
-                 leaderboard: list | None = None) -> dict:
+                 leaderboard: list | None = None, gpus_present: int | None = None) -> dict:
     """The Gradescope results dict: score, execution_time, output, tests[], extra_data (and leaderboard).
 
-    Tests that need a GPU on a runner without one are not failures: they are left out of
-    ``tests`` and out of ``score`` (the score is what this runner could grade), and the top of
-    ``output`` names their problems and points. Hidden tests get the manifest's
+    Tests that need a GPU on a runner without one (or more GPUs than ``gpus_present``, the
+    runner's count) are not failures: they are left out of ``tests`` and out of ``score`` (the
+    score is what this runner could grade), and the top of ``output`` names their problems and
+    points. Hidden tests get the manifest's
     ``hidden_visibility`` (Gradescope's ``after_published`` by default), and ``output`` says how
     many there are and when they show. ``extra_data`` holds the per-problem points.
     """
@@ -404,7 +412,7 @@ def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time:
             "output": entry_output(test, manifest.settings.hidden_output_chars, hidden),
             "visibility": visibility if test.suite == "hidden" else "visible",
         })
-    summary = _summary(graded, pending, visibility)
+    summary = _summary(graded, pending, visibility, gpus_present or 0)
     result = {
         "score": _rounded(sum(entry["score"] for entry in entries)),  # the sum Gradescope shows, to the digit
         "execution_time": int(round(execution_time)),

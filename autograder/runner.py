@@ -34,6 +34,7 @@ from typing import Callable
 
 from autograder import uid_pool
 from autograder.protocol import ForgedRecord, Verifier, new_key
+from tests.gpu_marker import not_graded_message
 
 KIT = Path(__file__).resolve().parent.parent
 PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
@@ -49,7 +50,7 @@ _PASSED_THROUGH = (
 
 @dataclass
 class Verdict:
-    """The verdict on one test: status is "passed", "failed" or "not_graded" (needs a GPU)."""
+    """The verdict on one test: status is "passed", "failed" or "not_graded" (needs GPUs this runner lacks)."""
 
     nodeid: str
     status: str
@@ -95,6 +96,7 @@ class SuiteRun:
     outcomes: dict[str, Verdict] = field(default_factory=dict)
     collect_errors: list[tuple[str, str]] = field(default_factory=list)
     cuda: bool | None = None
+    gpus: int | None = None  # CUDA GPUs the test process saw
     restarts: int = 0
     wall_s: float = 0.0
     startup_failure: str | None = None
@@ -329,12 +331,12 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
     result = SuiteRun(spec.name, files=[path.relative_to(spec.kit).as_posix() for path in spec.files])
     started = time.monotonic()
     pending: list[str] | None = None
-    gpu: dict[str, bool] = {}
+    gpu: dict[str, int] = {}  # node id -> CUDA GPUs the test needs (its gpu marker's count; 0 if none)
     streak: dict[str, int] = defaultdict(int)
     index = 0
 
     def settle(nodeid: str, outcome: Verdict, crash: bool) -> None:
-        outcome.gpu = gpu.get(nodeid, False)
+        outcome.gpu = gpu.get(nodeid, 0) > 0
         result.outcomes[nodeid] = outcome
         if pending is not None and nodeid in pending:
             pending.remove(nodeid)
@@ -346,9 +348,9 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                        "with the harness, so the remaining tests of that file and implementation were failed "
                        "without running; fix those first")
             for other in [n for n in (pending or []) if _streak_group(n, spec.problem_of(n)) == group]:
-                if gpu.get(other) and result.cuda is False:
-                    settle(other, Verdict(other, "not_graded", "not graded on this runner: this test needs a CUDA "
-                                          "GPU, and this grader has none; it is graded on a GPU runner"), crash=False)
+                if result.gpus is not None and gpu.get(other, 0) > result.gpus:
+                    settle(other, Verdict(other, "not_graded", not_graded_message(gpu[other], result.gpus)),
+                           crash=False)
                 else:
                     settle(other, Verdict(other, "failed", message), crash=False)
 
@@ -396,9 +398,10 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         result.collect_errors.append((record["nodeid"], record.get("message", "")))
                     elif kind == "collected":
                         result.cuda = record.get("cuda")
+                        result.gpus = int(record.get("gpus", 1 if result.cuda else 0))
                         if pending is None:
                             pending = [item["nodeid"] for item in record["items"]]
-                            gpu.update({item["nodeid"]: bool(item["gpu"]) for item in record["items"]})
+                            gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})
                         collected = True
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
                     elif kind == "finished":
@@ -416,7 +419,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         progress = True
                         current = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
-                        settle(nodeid, _outcome(record, gpu.get(nodeid, False), result.cuda),
+                        settle(nodeid, _outcome(record, gpu.get(nodeid, 0), result.gpus),
                                crash=record["outcome"] == "tampered")
                         if record["outcome"] == "tampered":
                             spec.on_note(f"{spec.name}#{spec.shard}", f"harness patched during {nodeid}; restarting the test process")
@@ -463,7 +466,7 @@ def _streak_group(nodeid: str, problem: str) -> tuple[str, str, str]:
     return (problem, path, implementation)
 
 
-def _outcome(record: dict, gpu: bool, cuda: bool | None) -> Verdict:
+def _outcome(record: dict, gpus_needed: int, gpus_present: int | None) -> Verdict:
     nodeid = record["nodeid"]
     duration = float(record.get("duration", 0.0))
     kind = record["outcome"]
@@ -473,9 +476,8 @@ def _outcome(record: dict, gpu: bool, cuda: bool | None) -> Verdict:
         return Verdict(nodeid, "failed", "the test harness was patched while this test ran: "
                            + record.get("message", "") + ". Tests must not be modified by submitted code.",
                            duration=duration)
-    if kind == "skipped" and gpu and not cuda:
-        return Verdict(nodeid, "not_graded", "not graded on this runner: this test needs a CUDA GPU, and "
-                           "this grader has none; it is graded on a GPU runner", duration=duration)
+    if kind == "skipped" and gpus_needed > (gpus_present or 0):
+        return Verdict(nodeid, "not_graded", not_graded_message(gpus_needed, gpus_present or 0), duration=duration)
     if kind == "skipped":
         return Verdict(nodeid, "failed", f"skipped ({record.get('message', '')}); a skipped test earns no points",
                            duration=duration)

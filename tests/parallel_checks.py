@@ -252,15 +252,6 @@ GATHERS = ("all_gather_into_tensor", "all_gather")
 REDUCE_SCATTERS = ("reduce_scatter_tensor", "reduce_scatter")
 
 
-def need_gpus(count: int) -> None:
-    """Skip the calling test unless ``count`` CUDA GPUs are present (one rank per GPU with NCCL)."""
-    import pytest
-
-    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if found < count:
-        pytest.skip(f"needs a CUDA GPU per rank: {count} GPUs (found {found})")
-
-
 FSDP_TOLERANCE = {None: FP32_TOLERANCE, torch.float16: {"atol": 2e-3, "rtol": 2e-3},
                   torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu_marker import gpus_needed, gpus_present
+
 ROOT = Path(__file__).resolve().parent.parent
 POINTS_FILE = Path(__file__).resolve().parent / "points.toml"
 PYTEST_ARGS = ("-q", "--tb=no", "-rfE")  # the failures are one line each; the table follows
-GPU_SKIP = "needs a CUDA GPU"
 
 
 @dataclass
@@ -57,14 +58,14 @@ def _key(nodeid: str) -> str:
 class Recorder:
     """A pytest plugin that keeps each test's outcome as the grader judges it."""
 
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.gpu: dict[str, bool] = {}
+    def __init__(self, gpus: int):
+        self.gpus = gpus  # CUDA GPUs present
+        self.gpu: dict[str, int] = {}  # GPUs each test needs
         self.phases: dict[str, list] = {}
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items):
-        self.gpu = {item.nodeid: item.get_closest_marker("gpu") is not None for item in items}
+        self.gpu = {item.nodeid: gpus_needed(item) for item in items}
 
     def pytest_runtest_logreport(self, report):
         self.phases.setdefault(report.nodeid, []).append(report)
@@ -72,16 +73,16 @@ class Recorder:
     def outcomes(self) -> list[Outcome]:
         found = []
         for nodeid, reports in self.phases.items():
-            gpu = self.gpu.get(nodeid, False)
+            gpu = self.gpu.get(nodeid, 0)
             if any(report.failed for report in reports):
                 status = "failed"
             elif any(report.skipped for report in reports):
-                status = "not_graded" if gpu and not self.cuda else "failed"  # any other skip earns nothing
+                status = "not_graded" if gpu > self.gpus else "failed"  # any other skip earns nothing
             elif any(report.when == "call" and report.passed for report in reports):
                 status = "passed"
             else:
                 status = "failed"
-            found.append(Outcome(_key(nodeid), status, gpu))
+            found.append(Outcome(_key(nodeid), status, gpu > 0))
         return found
 
 
@@ -111,8 +112,8 @@ def format_table(outcomes: list[Outcome], points: dict) -> str:
     percent = 100.0 * total / maximum if maximum else 0.0
     lines.append(f"{'total (visible tests)':<32}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
     if gpu_points > 0:
-        lines.append(f"{gpu_points:.2f} of these points are for tests that need a GPU (not run on this machine; "
-                     "the grader runs them on a GPU).")
+        lines.append(f"{gpu_points:.2f} of these points are for tests that need a GPU, or more GPUs than this "
+                     "machine has (not run here; the grader runs them where there are enough).")
     all_points = sum(problem["points"] for problem in points["problems"].values())
     visible_points = sum(problem["visible_points"] for problem in points["problems"].values())
     lines.append(f"Hidden tests count too: the grader also runs hidden tests, worth the other "
@@ -124,10 +125,8 @@ def format_table(outcomes: list[Outcome], points: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    import torch
-
     points = load_points()
-    recorder = Recorder(cuda=torch.cuda.is_available())
+    recorder = Recorder(gpus=gpus_present())
     code = pytest.main([*PYTEST_ARGS, *(argv or ["tests"])], plugins=[recorder])
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         print(f"[score] pytest stopped with exit status {int(code)}: fix that first (no score)")

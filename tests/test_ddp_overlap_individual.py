@@ -13,7 +13,7 @@ import pytest
 
 from tests.executor.probes.parallel_models import CHAIN_WIDTHS
 from tests.parallel_checks import (all_reduces, assert_same_numels, check_overlap_in_gpu_profile, describe,
-                                   gradient_numels, launch_position, need_gpus, run_ddp, step_events)
+                                   gradient_numels, launch_position, run_ddp, step_events)
 
 CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
 
@@ -45,9 +45,8 @@ def test_ddp_all_reduces_overlap_the_backward(adapters):
                     f"{layer - 1}; events:\n  {describe(step_events(events, step))}")
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(count=2)
 def test_ddp_on_two_gpus_with_nccl_overlaps_the_backward(adapters):
-    need_gpus(2)
     ranks = run_ddp(adapters, "individual", "lm", 2, steps=2, backend="nccl", optimizer="AdamW", lr=1e-2)
     ranks_chain = run_ddp(adapters, "individual", "chain", 2, steps=2, backend="nccl")
     for rank, result in enumerate(ranks_chain):
@@ -60,7 +59,6 @@ def test_ddp_on_two_gpus_with_nccl_overlaps_the_backward(adapters):
     assert ranks
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(count=2)
 def test_ddp_overlap_shows_in_the_gpu_profile(adapters):
-    need_gpus(2)
     check_overlap_in_gpu_profile(adapters)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.parallel_checks import check_fsdp_communication, check_fsdp_memory, need_gpus, run_fsdp
+from tests.parallel_checks import check_fsdp_communication, check_fsdp_memory, run_fsdp
 
 
 @pytest.mark.parametrize(("world_size", "compute_dtype"), [(2, None), (3, None), (2, torch.float16)],
@@ -27,16 +27,14 @@ def test_fsdp_gathers_within_two_layers_and_reduce_scatters(adapters, compute_dt
     check_fsdp_communication(ranks, 2, compute_dtype)
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(count=2)
 @pytest.mark.parametrize("compute_dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
 def test_fsdp_on_two_gpus_with_nccl(adapters, compute_dtype):
-    need_gpus(2)
     run_fsdp(adapters, "lm", 2, compute_dtype=compute_dtype, backend="nccl")
     ranks = run_fsdp(adapters, "fsdp_chain", 2, steps=2, compute_dtype=compute_dtype, backend="nccl")
     check_fsdp_communication(ranks, 2, compute_dtype)
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(count=2)
 def test_fsdp_memory_on_two_gpus(adapters):
-    need_gpus(2)
     check_fsdp_memory(adapters)

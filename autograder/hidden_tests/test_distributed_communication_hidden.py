@@ -10,7 +10,6 @@ from tests.distributed_communication_checks import as_time_steps, run_benchmark,
 from tests.executor.probes import run_probe
 from tests.executor.probes.distributed_communication import PNG_MAGIC
 from tests.model_spies import outcome_value
-from tests.parallel_checks import need_gpus
 
 
 def test_time_all_reduce_uses_the_given_timer_and_a_real_sync(adapters):
@@ -38,9 +37,8 @@ def test_cli_runs_two_gloo_processes_without_warmup_and_plots(adapters):
     assert seen["png_head"] == PNG_MAGIC, f"--plot must write a PNG; its first bytes were {seen['png_head']!r}"
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(count=2)
 def test_benchmark_all_reduce_with_nccl_on_two_gpus(adapters):
-    need_gpus(2)
     ranks = run_benchmark(adapters, 2, 2**20, warmup_steps=3, measure_steps=5, backend="nccl")
     busbw = ranks[0]["value"]["busbw_gbps"]
     assert busbw > 1.0, f"1 MB all-reduces between two GPUs with NCCL ran at a bus bandwidth of {busbw:.3f} GB/s; " \
