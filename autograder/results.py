@@ -477,6 +477,6 @@ def format_table(tests: list[GradedTest], problems: list[Problem]) -> str:
     if gpu_points > 0:
         gradable = maximum - gpu_points
         share = 100.0 * total / gradable if gradable else 0.0
-        lines.append(f"{gpu_points:.2f} points need a GPU runner and were not graded here; "
+        lines.append(f"{gpu_points:.2f} points need a GPU runner (or more GPUs) and were not graded here; "
                      f"of the {gradable:.2f} points graded here this submission earned {total:.2f} ({share:.1f}%)")
     return "\n".join(lines)
