@@ -86,7 +86,7 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from autograder.batch.executors import SlurmParams
+    from autograder.batch.executors import SlotError, SlurmParams
     from autograder.batch.export import ExportError
     from autograder.batch.grading import BatchOptions, grade_batch
 
@@ -96,17 +96,20 @@ def _batch(args: argparse.Namespace) -> int:
         if not sep:
             raise SystemExit(f"batch: --slurm-extra {item!r}: expected KEY=VALUE (an sbatch option without --)")
         extra.append((key, value))
+    if args.gpus_per_job < 1:
+        raise SystemExit(f"batch: --gpus-per-job {args.gpus_per_job}: expected 1 or more")
     slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
                         cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
-                        extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
+                        gpus=args.gpus_per_job, extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
     options = BatchOptions(
-        export=Path(args.export), out=Path(args.out), executor=args.executor, gpus=args.gpus, jobs=args.jobs,
+        export=Path(args.export), out=Path(args.out), executor=args.executor, gpus=args.gpus,
+        gpus_per_job=args.gpus_per_job, jobs=args.jobs,
         problems=[name for name in args.problems.split(",") if name] if args.problems else None,
         grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout, slurm=slurm,
         dry_run=args.dry_run)
     try:
         return grade_batch(options)
-    except ExportError as error:
+    except (ExportError, SlotError) as error:
         print(f"batch: {error}", file=sys.stderr)
         return 2
 
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--out", required=True, help="folder for results, logs, scores.csv, histograms, summary")
     batch.add_argument("--problems", help="grade only these problems (comma-separated; passed to each grade)")
     batch.add_argument("--grade-jobs", type=int, help="--jobs of each grade (test process chains at a time)")
+    batch.add_argument("--gpus-per-job", type=int, default=1,
+                       help="GPUs each grade gets (a local slot's CUDA_VISIBLE_DEVICES, or Slurm's --gpus-per-node); "
+                            "2 grades part 2's NCCL tests, which one GPU leaves 'not graded' (default 1)")
     batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
     batch.add_argument("--timeout", type=float, help="--timeout of each grade")
     batch.set_defaults(run=_batch)

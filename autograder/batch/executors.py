@@ -5,10 +5,11 @@ and a log file; ``run_job`` runs it in a fresh process (so a grade's trust bound
 batch never imports student code) and returns an ``Outcome``. Three ways to run a list of jobs:
 
 - ``run_local``: on this machine, one job per device slot at a time. With GPUs each slot is one
-  GPU, named to the job by ``CUDA_VISIBLE_DEVICES``, so two jobs never share a GPU; without, a
-  slot is a CPU worker (``--jobs`` of them);
-- ``run_submitit``: through ``submitit``: a Slurm job array, one GPU a job (``SlurmParams``), or
-  submitit's own ``local``/``debug`` executors (what CI uses to test this path);
+  GPU (or a group of them: ``--gpus-per-job``), named to the job by ``CUDA_VISIBLE_DEVICES``, so
+  two jobs never share a GPU; without, a slot is a CPU worker (``--jobs`` of them);
+- ``run_submitit``: through ``submitit``: a Slurm job array, one GPU a job or more
+  (``SlurmParams``), or submitit's own ``local``/``debug`` executors (what CI uses to test
+  this path);
 - ``slurm_script``: the sbatch script that ``run_submitit`` would submit, for ``--dry-run``.
 
 ``run_with_retry`` runs the jobs, then the failed ones once more. ``Progress`` prints plain
@@ -142,9 +143,14 @@ class Progress:
         return sorted(((self.labels.get(k, k), s) for k, s in self.done.items()), key=lambda item: -item[1])[:count]
 
 
-def local_devices(gpus: str, jobs: int) -> list[str | None]:
-    """Slots for ``run_local``: GPU indices (``gpus`` "auto", a count, or a list like "0,2"), or
-    ``jobs`` CPU slots (None) when there is no GPU (or ``gpus`` is "0" / "none")."""
+class SlotError(ValueError):
+    """This machine cannot give a job the GPUs asked for (a message for the user)."""
+
+
+def local_devices(gpus: str, jobs: int, per_job: int = 1) -> list[str | None]:
+    """Slots for ``run_local``: groups of ``per_job`` GPU indices ("0", or "0,1" with ``per_job`` 2)
+    from ``gpus`` ("auto", a count, or a list like "0,2"), or ``jobs`` CPU slots (None) when there
+    is no GPU (or ``gpus`` is "0" / "none"). SlotError when there are GPUs but fewer than ``per_job``."""
     if gpus in ("0", "none", ""):
         return [None] * max(1, jobs)
     if gpus == "auto":
@@ -153,10 +159,17 @@ def local_devices(gpus: str, jobs: int) -> list[str | None]:
             count = sum(line.startswith("GPU ") for line in answer.stdout.splitlines()) if answer.returncode == 0 else 0
         except (OSError, subprocess.SubprocessError):
             count = 0
-        return [str(index) for index in range(count)] or [None] * max(1, jobs)
-    if "," in gpus:
-        return [index.strip() for index in gpus.split(",") if index.strip()]
-    return [str(index) for index in range(int(gpus))]
+        indices = [str(index) for index in range(count)]
+        if not indices:
+            return [None] * max(1, jobs)
+    elif "," in gpus:
+        indices = [index.strip() for index in gpus.split(",") if index.strip()]
+    else:
+        indices = [str(index) for index in range(int(gpus))]
+    if len(indices) < per_job:
+        raise SlotError(f"--gpus-per-job {per_job} needs at least {per_job} GPUs, and --gpus {gpus} gives "
+                         f"{len(indices)} ({','.join(indices) or 'none'}): lower --gpus-per-job, or name more GPUs")
+    return [",".join(indices[start:start + per_job]) for start in range(0, len(indices) - per_job + 1, per_job)]
 
 
 def run_local(jobs: list[Job], devices: list[str | None], judge: Judge, progress: Progress) -> list[Outcome]:
@@ -190,9 +203,9 @@ def run_local(jobs: list[Job], devices: list[str | None], judge: Judge, progress
 
 @dataclass(frozen=True)
 class SlurmParams:
-    """What each Slurm job asks for: one GPU, and these. ``extra`` are more sbatch options
-    (``--slurm-extra constraint=h100``); ``setup`` are shell lines run before the job (modules,
-    a container)."""
+    """What each Slurm job asks for: ``gpus`` GPUs (one node), and these. ``extra`` are more sbatch
+    options (``--slurm-extra constraint=h100``); ``setup`` are shell lines run before the job
+    (modules, a container)."""
 
     partition: str | None = None
     account: str | None = None
@@ -201,6 +214,7 @@ class SlurmParams:
     cpus: int = 16
     mem_gb: int = 64
     array_parallelism: int = 64
+    gpus: int = 1
     job_name: str = "cs336-grade"
     extra: tuple[tuple[str, str], ...] = ()
     setup: tuple[str, ...] = ()
@@ -208,7 +222,7 @@ class SlurmParams:
     def sbatch(self) -> dict:
         """submitit's Slurm parameters (the names of its sbatch writer)."""
         params = {"job_name": self.job_name, "time": self.time_min, "nodes": 1, "ntasks_per_node": 1,
-                  "gpus_per_node": 1, "cpus_per_task": self.cpus, "mem": f"{self.mem_gb}GB",
+                  "gpus_per_node": self.gpus, "cpus_per_task": self.cpus, "mem": f"{self.mem_gb}GB",
                   "array_parallelism": self.array_parallelism}
         for key, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos)):
             if value:
@@ -236,7 +250,8 @@ def _submitit_executor(folder: Path, cluster: str, params: SlurmParams, gpus: bo
         executor.update_parameters(**params.sbatch())
         return executor
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
-    executor.update_parameters(timeout_min=params.time_min, gpus_per_node=1 if gpus else 0, name=params.job_name)
+    executor.update_parameters(timeout_min=params.time_min, gpus_per_node=params.gpus if gpus else 0,
+                               name=params.job_name)
     return executor
 
 
@@ -244,7 +259,7 @@ def run_submitit(jobs: list[Job], folder: Path, cluster: str, params: SlurmParam
                  progress: Progress, poll_s: float = 5.0, gpus: bool = True) -> list[Outcome]:
     """Run ``jobs`` as one submitit job array on ``cluster`` ("slurm", or submitit's "local" or
     "debug"); each array task runs ``run_job`` for one job. Slurm sets each task's
-    ``CUDA_VISIBLE_DEVICES`` to its one GPU."""
+    ``CUDA_VISIBLE_DEVICES`` to its GPUs (``params.gpus`` of them)."""
     if not jobs:
         return []
     executor = _submitit_executor(Path(folder), cluster, params, gpus)

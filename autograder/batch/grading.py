@@ -57,6 +57,7 @@ class BatchOptions:
     out: Path
     executor: str = "local"
     gpus: str = "auto"
+    gpus_per_job: int = 1
     jobs: int = 2
     problems: list[str] | None = None
     grade_jobs: int | None = None
@@ -124,7 +125,7 @@ def grade_batch(options: BatchOptions) -> int:
     manifest = load_manifest()
     submissions = read_export(Path(options.export), out)
     if options.executor == "local":
-        devices = local_devices(options.gpus, options.jobs)
+        devices = local_devices(options.gpus, options.jobs, options.gpus_per_job)
         gpu = devices[0] is not None
     else:
         devices, gpu = [], options.executor == "slurm" or options.gpus not in ("0", "none", "auto")
@@ -135,14 +136,16 @@ def grade_batch(options: BatchOptions) -> int:
     keys: dict[str, dict] = {}
     for submission in submissions:
         folder = out / "submissions" / submission.id
-        key = {"kit_version": version, "submission_hash": submission_hash(submission.path), "grade_flags": flags}
+        key = {"kit_version": version, "submission_hash": submission_hash(submission.path), "grade_flags": flags,
+               "gpus_per_job": options.gpus_per_job if gpu else 0}  # two GPUs grade tests one cannot
         keys[submission.id] = key
         if _already_graded(folder, key):
             continue
         argv = (sys.executable, "-m", "autograder", "grade", str(submission.path), "--out", str(folder), *flags)
         todo.append(Job(submission.id, submission.label, argv, str(options.kit), str(folder / "grade.log"), limit))
-    where = (f"this machine, {len(devices)} {'GPU' if gpu else 'CPU'} slot(s)" if options.executor == "local"
-             else f"{options.executor} (one GPU a job)" if gpu else options.executor)
+    per_job = f"{options.gpus_per_job} GPU{'s' * (options.gpus_per_job != 1)} a job"
+    where = (f"this machine, {len(devices)} {'GPU' if gpu else 'CPU'} slot(s)" + (f" of {per_job}" if gpu else "")
+             if options.executor == "local" else f"{options.executor} ({per_job})" if gpu else options.executor)
     print(f"batch: {len(submissions)} submission(s) in {options.export}; {len(submissions) - len(todo)} already "
           f"graded with kit {version}; {len(todo)} to grade on {where}", flush=True)
     if options.dry_run:

@@ -139,6 +139,25 @@ def test_dry_run_prints_the_exact_sbatch_parameters(tmp_path):
     assert not (tmp_path / "out" / "submissions").exists(), "a dry run grades nothing"
 
 
+def test_two_gpus_a_job_for_part_2(tmp_path):
+    """--gpus-per-job 2: local slots are pairs of GPUs, Slurm asks for two; too few GPUs is a clear error."""
+    from autograder.batch.executors import SlotError, local_devices
+
+    assert local_devices("4", 2, per_job=2) == ["0,1", "2,3"]
+    assert local_devices("0,2,3", 2, per_job=2) == ["0,2"]  # the odd one out stays idle
+    assert local_devices("3", 2) == ["0", "1", "2"]
+    assert local_devices("0", 3, per_job=2) == [None, None, None]  # no GPU: CPU slots, as before
+    with pytest.raises(SlotError, match="needs at least 2 GPUs"):
+        local_devices("1", 2, per_job=2)
+    tmp_path.chmod(0o755)
+    export = build_export(tmp_path, as_zip=False, only=["submission_281934022"])
+    result = _batch(export, tmp_path / "out", "--executor", "slurm", "--dry-run", "--gpus-per-job", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "#SBATCH --gpus-per-node=2" in result.stdout and "(2 GPUs a job)" in result.stdout, result.stdout
+    refused = _batch(export, tmp_path / "out2", "--gpus", "1", "--gpus-per-job", "2")
+    assert refused.returncode == 2 and "--gpus-per-job 2 needs at least 2 GPUs" in refused.stderr, refused.stderr
+
+
 def test_leaderboard_batch_dry_run_lists_one_timing_per_submission(tmp_path):
     tmp_path.chmod(0o755)
     export = build_export(tmp_path, as_zip=False, only=["submission_281934011", "submission_281934022"])
