@@ -1,7 +1,8 @@
 """Measure, on two GPUs over NCCL, what the part-2 GPU tests judge: DDP overlap in the profile, FSDP memory.
 
 Run from the repo root on a machine with two CUDA GPUs: ``python3 gpu_checks/parallel_profile.py
-OUT.md``. For the reference and the two mutants those tests must catch
+OUT.md`` (``OUT.md 1`` runs one rank on one GPU: no NCCL kernel is launched then, but the
+trace's parsing and the memory figures can be checked). For the reference and the two mutants those tests must catch
 (``ddp_all_reduce_at_the_end``, ``fsdp_keeps_full_weights_after_forward``), it runs the same
 probes as ``tests/test_ddp_overlap_individual.py::test_ddp_overlap_shows_in_the_gpu_profile``
 and ``tests/test_fsdp.py::test_fsdp_memory_on_two_gpus`` (in this process, no executor) and
@@ -33,14 +34,16 @@ MIB = 2**20
 def overlap_row(name: str, kernels: list) -> str:
     backward = [k for k in kernels if k[0] == "backward"]
     nccl = [k for k in kernels if k[0] == "nccl"]
+    if not backward:
+        return f"| {name} | no backward kernel recorded | {len(nccl)} | | | |"
     first, last = min(k[1] for k in backward), max(k[2] for k in backward)
     inside = sum(max(0.0, min(end, last) - max(start, first)) for _, start, end in nccl)
     early = sum(start < last for _, start, _ in nccl)
-    return (f"| {name} | {last - first:.0f} | {len(nccl)} | {early} | {inside:.0f} | "
-            f"{min(k[1] for k in nccl) - first:.0f} |")
+    first_nccl = f"{min(k[1] for k in nccl) - first:.0f}" if nccl else "none"
+    return f"| {name} | {last - first:.0f} | {len(nccl)} | {early} | {inside:.0f} | {first_nccl} |"
 
 
-def main(out: Path) -> int:
+def main(out: Path, world_size: int = 2) -> int:
     root = Path(tempfile.mkdtemp(prefix="parallel-profile-"))
     submissions = {"reference": KIT / "reference",
                    "ddp_all_reduce_at_the_end": materialize_distributed("ddp_all_reduce_at_the_end", root),
@@ -48,26 +51,26 @@ def main(out: Path) -> int:
                        materialize_distributed("fsdp_keeps_full_weights_after_forward", root)}
     settings = checks.PROFILE_SETTINGS
     lines = [f"## DDP overlap in the GPU profile ({settings['layers']} x Linear({settings['width']}, "
-             f"{settings['width']}), {settings['rows']} rows a rank, 2 ranks, rank 0)", "",
+             f"{settings['width']}), {settings['rows']} rows a rank, {world_size} rank(s), rank 0)", "",
              "| submission | backward span (us) | NCCL kernels | started before the backward ended | "
              "NCCL time inside the backward (us) | first NCCL start (us after the backward's first kernel) |",
              "| --- | --- | --- | --- | --- | --- |"]
     for name in ("reference", "ddp_all_reduce_at_the_end"):
         stand_in = types.SimpleNamespace(__file__=str(submissions[name] / "adapters.py"))
-        result = find("ddp_profile.profile")(lambda stand_in=stand_in: stand_in, 2, dict(settings))
+        result = find("ddp_profile.profile")(lambda stand_in=stand_in: stand_in, world_size, dict(settings))
         ranks = checks.ranks_of(result, name)
         lines.append(overlap_row(name, ranks[0]["value"]["kernels"]))
         print(lines[-1], flush=True)
     memory = checks.MEMORY_SETTINGS
-    limits = checks.fsdp_memory_limits(2)
+    limits = checks.fsdp_memory_limits(world_size)
     layer, held_limit, forward_limit = limits["layer"], limits["held"] / MIB, limits["forward_peak"] / MIB
     lines += ["", f"## FSDP memory ({memory['layers']} x Linear({memory['width']}, {memory['width']}) float32, "
-              f"{memory['layers'] * layer / MIB:.0f} MiB of weights, 2 ranks, rank 0)", "",
+              f"{memory['layers'] * layer / MIB:.0f} MiB of weights, {world_size} rank(s), rank 0)", "",
               f"| submission | held after wrapping (MiB; limit {held_limit:.0f}) | forward peak (MiB; limit "
               f"{forward_limit:.0f}) | step peak (MiB) |", "| --- | --- | --- | --- |"]
     for name in ("reference", "fsdp_keeps_full_weights_after_forward"):
         stand_in = types.SimpleNamespace(__file__=str(submissions[name] / "adapters.py"))
-        result = find("fsdp.memory")(lambda stand_in=stand_in: stand_in, 2, dict(memory))
+        result = find("fsdp.memory")(lambda stand_in=stand_in: stand_in, world_size, dict(memory))
         value = checks.ranks_of(result, name)[0]["value"]
         lines.append(f"| {name} | {value['held'] / MIB:.1f} | {value['forward_peak'] / MIB:.1f} | "
                      f"{value['step_peak'] / MIB:.1f} |")
@@ -77,4 +80,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 2))
