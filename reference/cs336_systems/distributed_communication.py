@@ -32,6 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cs336_systems.benchmarking_script import _check_step_counts, _OneLineParser, _synchronize
+
 SIZES_MB = (1.0, 10.0, 100.0, 1000.0)
 """Default all-reduce sizes in MB (1 MB = 2**20 bytes) of float32 data."""
 
@@ -204,29 +206,6 @@ def _rank_main(rank: int, world_size: int, backend: str, work: str, sizes: list[
 
 def _bytes_of(mb: float) -> int:
     return max(4, int(mb * MB) // 4 * 4)
-
-
-def _check_step_counts(warmup_steps: int, measure_steps: int) -> None:
-    if not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an integer >= 0; got {warmup_steps!r}")
-    if not isinstance(measure_steps, int) or measure_steps < 1:
-        raise ValueError(f"measure_steps must be an integer >= 1; got {measure_steps!r}")
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad argument in one line (no usage block) and exits with 2."""
-
-    def error(self, message: str):
-        sys.exit(self.error_line(message))
-
-    def error_line(self, message: str) -> int:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        return 2
 
 
 def _number_at_least(kind: type, minimum: float) -> Callable[[str], Any]:
