@@ -400,10 +400,9 @@ def grade(options: GradeOptions) -> GradeReport:
     tests = collect_tests(manifest, merged, problems, complete)
     table = format_table(tests, problems)
     seconds = time.monotonic() - started
-    cuda = next((run.cuda for run in merged if run.cuda is not None), None)
     gpus = next((run.gpus for run in merged if run.gpus is not None), None)
-    runner = (f"GPU runner (CUDA available, {gpus} GPU{'s' * (gpus != 1)})" if cuda and gpus else
-              "GPU runner (CUDA available)" if cuda else "CPU runner (no CUDA: Triton runs in its interpreter)")
+    runner = (f"GPU runner (CUDA available, {gpus} GPU{'s' * (gpus != 1)})" if gpus
+              else "CPU runner (no CUDA: Triton runs in its interpreter)")
     restarts = sum(run.restarts for run in merged)
     lines = [f"Graded on a {runner} in {seconds:.1f} s.", "", table, "", "Submission: " + sandbox.summary()]
     if restarts:
@@ -529,7 +528,6 @@ def _merge(runs: list[SuiteRun]) -> list[SuiteRun]:
         target = merged.setdefault(run.name, SuiteRun(run.name))
         target.outcomes.update(run.outcomes)
         target.collect_errors += run.collect_errors
-        target.cuda = run.cuda if run.cuda is not None else target.cuda
         target.gpus = run.gpus if run.gpus is not None else target.gpus
         target.restarts += run.restarts
         target.wall_s = max(target.wall_s, run.wall_s)

@@ -95,7 +95,6 @@ class SuiteRun:
     name: str
     outcomes: dict[str, Verdict] = field(default_factory=dict)
     collect_errors: list[tuple[str, str]] = field(default_factory=list)
-    cuda: bool | None = None
     gpus: int | None = None  # CUDA GPUs the test process saw
     restarts: int = 0
     wall_s: float = 0.0
@@ -397,8 +396,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                     if kind == "collect_error":
                         result.collect_errors.append((record["nodeid"], record.get("message", "")))
                     elif kind == "collected":
-                        result.cuda = record.get("cuda")
-                        result.gpus = int(record.get("gpus", 1 if result.cuda else 0))
+                        result.gpus = int(record.get("gpus", 0))
                         if pending is None:
                             pending = [item["nodeid"] for item in record["items"]]
                             gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})

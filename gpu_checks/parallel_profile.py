@@ -32,15 +32,12 @@ MIB = 2**20
 
 
 def overlap_row(name: str, kernels: list) -> str:
-    backward = [k for k in kernels if k[0] == "backward"]
-    nccl = [k for k in kernels if k[0] == "nccl"]
-    if not backward:
-        return f"| {name} | no backward kernel recorded | {len(nccl)} | | | |"
-    first, last = min(k[1] for k in backward), max(k[2] for k in backward)
-    inside = sum(max(0.0, min(end, last) - max(start, first)) for _, start, end in nccl)
-    early = sum(start < last for _, start, _ in nccl)
-    first_nccl = f"{min(k[1] for k in nccl) - first:.0f}" if nccl else "none"
-    return f"| {name} | {last - first:.0f} | {len(nccl)} | {early} | {inside:.0f} | {first_nccl} |"
+    figures = checks.overlap_figures(kernels)
+    if figures["backward_us"] is None:
+        return f"| {name} | no backward kernel recorded | {figures['nccl']} | | | |"
+    first_nccl = "none" if figures["first_nccl_us"] is None else f"{figures['first_nccl_us']:.0f}"
+    return (f"| {name} | {figures['backward_us']:.0f} | {figures['nccl']} | {figures['started_inside']} | "
+            f"{figures['nccl_us_inside']:.0f} | {first_nccl} |")
 
 
 def main(out: Path, world_size: int = 2) -> int:

@@ -171,17 +171,36 @@ def check_overlap_in_gpu_profile(adapters, world_size: int = 2, seed: int = 0) -
         judge_overlap(result["value"]["kernels"], f"{context}; rank {rank}")
 
 
-def judge_overlap(kernels: list, where: str) -> None:
-    """AssertionError unless some "nccl" kernel of ``kernels`` ((kind, start_us, end_us)) starts before the last "backward" one ends."""
+def overlap_figures(kernels: list) -> dict:
+    """What ``kernels`` ((kind, start_us, end_us), see ddp_profile) say of overlap; times from the backward's first kernel.
+
+    ``backward_us``: the backward's span (None without backward kernels); ``nccl``: how many NCCL
+    kernels; ``started_inside``: how many start before the backward's last kernel ends;
+    ``nccl_us_inside``: NCCL kernel time within the backward's span; ``first_nccl_us``: when the
+    first NCCL kernel starts (None without any).
+    """
     backward = [k for k in kernels if k[0] == "backward"]
     nccl = [k for k in kernels if k[0] == "nccl"]
-    assert backward, f"the profiler recorded no GPU kernel launched during loss.backward() ({where})"
-    assert nccl, f"the profiler recorded no NCCL kernel in the step: no gradient was all-reduced over NCCL ({where})"
+    if not backward:
+        return {"backward_us": None, "nccl": len(nccl), "started_inside": 0, "nccl_us_inside": 0.0,
+                "first_nccl_us": None}
     first, last = min(k[1] for k in backward), max(k[2] for k in backward)
-    assert any(k[1] < last for k in nccl), (
-        f"{where}: none of the step's {len(nccl)} NCCL kernels started before the backward's last kernel ended "
-        f"(the backward's kernels ran from 0 to {last - first:.0f} us; the first NCCL kernel started at "
-        f"{min(k[1] for k in nccl) - first:.0f} us): the all-reduces ran after the backward instead of during "
+    return {"backward_us": last - first, "nccl": len(nccl), "started_inside": sum(k[1] < last for k in nccl),
+            "nccl_us_inside": sum(max(0.0, min(end, last) - max(start, first)) for _, start, end in nccl),
+            "first_nccl_us": min(k[1] for k in nccl) - first if nccl else None}
+
+
+def judge_overlap(kernels: list, where: str) -> None:
+    """AssertionError unless some "nccl" kernel of ``kernels`` ((kind, start_us, end_us)) starts before the last "backward" one ends."""
+    figures = overlap_figures(kernels)
+    assert figures["backward_us"] is not None, (
+        f"the profiler recorded no GPU kernel launched during loss.backward() ({where})")
+    assert figures["nccl"], (
+        f"the profiler recorded no NCCL kernel in the step: no gradient was all-reduced over NCCL ({where})")
+    assert figures["started_inside"], (
+        f"{where}: none of the step's {figures['nccl']} NCCL kernels started before the backward's last kernel ended "
+        f"(the backward's kernels ran from 0 to {figures['backward_us']:.0f} us; the first NCCL kernel started at "
+        f"{figures['first_nccl_us']:.0f} us): the all-reduces ran after the backward instead of during "
         "it. Launch each gradient's all-reduce (async_op=True) from a hook as soon as that gradient is ready, "
         "and only wait for them in ddp_on_after_backward")
 

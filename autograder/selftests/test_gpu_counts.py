@@ -44,23 +44,20 @@ def test_skip_reasons_say_how_many_gpus():
     assert skip_reason(2, 1) == f"{SKIP_REASON} per process: 2 GPUs (found 1 on this machine)"
 
 
-def test_the_marker_counts(pytester_item_factory):
-    assert gpus_needed(pytester_item_factory()) == 0
-    assert gpus_needed(pytester_item_factory(pytest.mark.gpu)) == 1
-    assert gpus_needed(pytester_item_factory(pytest.mark.gpu(count=2))) == 2
-
-
-@pytest.fixture
-def pytester_item_factory():
+class _Item:
     """A stand-in for a pytest item: just ``get_closest_marker``."""
-    class Item:
-        def __init__(self, marker):
-            self.marker = marker
 
-        def get_closest_marker(self, name):
-            return self.marker.mark if self.marker is not None and name == "gpu" else None
+    def __init__(self, marker=None):
+        self.marker = marker
 
-    return lambda marker=None: Item(marker)
+    def get_closest_marker(self, name):
+        return self.marker.mark if self.marker is not None and name == "gpu" else None
+
+
+def test_the_marker_counts():
+    assert gpus_needed(_Item()) == 0
+    assert gpus_needed(_Item(pytest.mark.gpu)) == 1
+    assert gpus_needed(_Item(pytest.mark.gpu(count=2))) == 2
 
 
 def test_the_students_scorer_does_not_fail_a_two_gpu_test_on_one_gpu():
