@@ -8,6 +8,7 @@ no text of the hidden tests or the reference in what a student sees.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -69,6 +70,11 @@ def test_attack_gets_its_verdict(attack_grades, name):
     for problem in attack.attacked:
         entries = _entries(written, problem)
         assert entries, f"no test of {problem} was graded"
+        earned = [entry["name"] for entry in entries if entry["score"] > 0 or entry["status"] == "passed"]
+        assert not earned, f"{name} earned points on {earned}"
+    for pattern in attack.attacked_tests:
+        entries = [entry for entry in written["tests"] if fnmatch.fnmatch(entry["name"], pattern)]
+        assert entries, f"no graded test matches {pattern!r}"
         earned = [entry["name"] for entry in entries if entry["score"] > 0 or entry["status"] == "passed"]
         assert not earned, f"{name} earned points on {earned}"
     for problem in attack.control:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,14 @@ _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCH
 _PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")
 _LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
 _START_TIMEOUT_S = 120.0
+# aten operators that compute attention: a Triton Function's forward must leave them to its kernels
+ATTENTION_OPS = frozenset({
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "softmax", "_softmax", "log_softmax",
+    "_log_softmax", "logsumexp", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math", "_flash_attention_forward",
+    "_efficient_attention_forward", "_cudnn_attention_forward", "flex_attention",
+})
 
 
 class ExecutorFailure(Exception):
@@ -72,6 +83,7 @@ class ExecutorSettings:
     limits: dict[str, int | None] = field(default_factory=dict)
     test_timeout_s: float | None = None
     python: str = sys.executable
+    transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy (provenance.py)
 
 
 def _describe_limit(name: str, value: int | None) -> str:
@@ -122,6 +134,7 @@ class Executor:
         self._released_graphs: list[int] = []
         self._inputs: list[torch.Tensor] = []
         self._kernels: dict[str, set[str]] | None = None
+        self._provenance = None  # provenance.Verdict, once established
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
         self._prepared = False
         self._log_start = 0
@@ -142,6 +155,9 @@ class Executor:
         shutil.copy2(source / "adapters.py", copy / "adapters.py")
         shutil.copytree(source / "cs336_systems", copy / "cs336_systems", symlinks=False,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if self.settings.transform is not None:
+            for path in copy.rglob("*.py"):
+                path.write_text(self.settings.transform(path.read_text(errors="replace")))
         self._kernels = triton_kernels_in(copy)
         # The runtime (kit code) is readable by all; the folder itself only traversable; the
         # submission's copy and the executor's folders belong to its user alone, so that no other
@@ -173,12 +189,15 @@ class Executor:
         })
         return env
 
-    def start(self) -> None:
-        """Start a fresh executor and wait until it answers (its start-up is never charged to a test)."""
+    def start(self, wait: bool = True) -> None:
+        """Start a fresh executor and wait until it answers (its start-up is never charged to a test);
+        ``wait=False`` only starts it, so that it imports torch while the harness does something else."""
         if self.process is not None:
             return
         began = time.monotonic()
         self._spawn()
+        if not wait:
+            return
         try:
             send_frame(self._to, {"op": "hello"})
             reply = recv_frame(self._from, began + _START_TIMEOUT_S)
@@ -396,6 +415,13 @@ class Executor:
             self._tag = None
         if tag == "triton" and message.get("op") in ("call", "probe") and _holds_tensor(value):
             self._check_triton_launches(launches, message)
+            aten = reply.get("aten") or []
+            used = sorted({str(name) for name in aten if isinstance(name, str)} & ATTENTION_OPS) if isinstance(aten, list) else []
+            if used:
+                raise AssertionError(
+                    f"the Triton Function's forward ran attention math in PyTorch ({', '.join(used)}): the attention "
+                    "must be computed by your own @triton.jit kernels (handout §2.4); PyTorch may only check inputs, "
+                    "allocate outputs and launch the kernels.")
         return value
 
     _tag: str | None = None
@@ -421,6 +447,13 @@ class Executor:
         send_frame(self._to, reply)
 
     def _check_triton_launches(self, launches: list, message: dict) -> None:
+        """A Triton Function's call earns nothing unless (1) the harness has established, from outputs
+        it judged itself, that the submission's kernels compute the attention (``provenance.py``), and
+        (2) this call's own record shows one of its ``@triton.jit`` kernels launched and no attention
+        math in PyTorch. (2) is gathered in the executor, so it only ever takes credit away."""
+        verdict = self.triton_provenance()
+        if not verdict.proven:
+            raise AssertionError(f"no Triton credit: {verdict.why}")
         known = self._kernels or {}
         own = [(name, file) for name, file in launches if name in known.get(file, set())]
         if own:
@@ -434,10 +467,63 @@ class Executor:
             "scaled_dot_product_attention, FlexAttention or kernels that torch.compile generates earn no Triton points."
         )
 
+    def triton_provenance(self):
+        """The harness's verdict on whether the submission's Triton kernels compute the attention
+        (``provenance.py``): established once per process, and once per grade through a cache that
+        only the harness's user can write."""
+        from . import provenance
+
+        if self._provenance is not None:
+            return self._provenance
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        cache = None
+        if self.settings.uid is not None:  # the grader: harnesses of one grade share the verdict
+            folder = self.settings.workdir.parent / ".triton-provenance"
+            folder.mkdir(mode=0o700, exist_ok=True)
+            cache = folder / f"{provenance.cache_key(self.settings.submission, device)}.json"
+        lock = None
+        if cache is not None:
+            lock = os.open(cache.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a harness of this grade may be establishing it now
+        try:
+            if cache is not None and cache.is_file() and cache.stat().st_uid == os.getuid():
+                self._provenance = provenance.Verdict.from_json(cache.read_text())
+                return self._provenance
+            return self._establish_provenance(cache)
+        finally:
+            if lock is not None:
+                os.close(lock)
+
+    def _establish_provenance(self, cache: Path | None):
+        from . import provenance
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        began = time.monotonic()
+        saved = (self.launches, self._tag, self.failure)
+        work = self.settings.workdir
+
+        def stripped_settings(transform):
+            return dataclasses.replace(self.settings, workdir=work.with_name(work.name + "-stripped"), transform=transform)
+
+        try:
+            verdict = provenance.prove(self, stripped_settings, device)
+        finally:
+            self.launches, self._tag = saved[0], saved[1]
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - began  # the check is the grader's cost, not the test's
+        if self.failure is not None and saved[2] is None:
+            self.failure = None  # the executor died during the check; the next call restarts it
+        self._provenance = verdict
+        if cache is not None:
+            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(verdict.to_json())
+            os.replace(temporary, cache)
+        return verdict
+
     def call(self, target: int | str, attr: str | None, args: tuple, kwargs: dict, tag: str | None = None) -> Any:
         encoded = self._encode_args([list(args), kwargs])
         return self.request({"op": "call", "target": target, "attr": attr, "args": encoded[1][0],
-                             "kwargs": encoded[1][1], "grad": torch.is_grad_enabled()}, tag)
+                             "kwargs": encoded[1][1], "grad": torch.is_grad_enabled(), "watch": tag == "triton"}, tag)
 
     def probe(self, name: str, *args, tag: str | None = None, **kwargs) -> Any:
         encoded = self._encode_args([list(args), kwargs])

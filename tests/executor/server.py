@@ -8,8 +8,9 @@ to that request, not a dead process.
 
 Requests (dicts, see ``wire.py`` for values) and what they return:
 
-    {"op": "call", "target": name or handle id, "attr": None or str, "args", "kwargs", "grad": bool}
-        ``adapters.<name>(*args, **kwargs)``, or ``handle.<attr>(...)``, under ``torch.set_grad_enabled(grad)``
+    {"op": "call", "target": name or handle id, "attr": None or str, "args", "kwargs", "grad": bool, "watch": bool}
+        ``adapters.<name>(*args, **kwargs)``, or ``handle.<attr>(...)``, under ``torch.set_grad_enabled(grad)``;
+        with ``watch``, the names of the aten operators the call ran are returned too (``"aten"``)
     {"op": "getattr", "target": handle id, "name": str}
     {"op": "probe", "name": str, "args", "kwargs", "grad": bool}
         one of the kit's probes (``probes.PROBES``), given the adapters module first
@@ -20,7 +21,7 @@ Requests (dicts, see ``wire.py`` for values) and what they return:
     {"op": "release", ...}, {"op": "reset"}: forget handles and graphs
 
 Every request may carry ``"release": {"handles": [...], "graphs": [...]}``. The reply is
-``{"ok": value, "launches": [[kernel, file], ...]}`` or ``{"error": {...}, "launches": [...]}``;
+``{"ok": value, "launches": [[kernel, file], ...], "aten": [...]}`` or ``{"error": {...}, "launches": [...]}``;
 while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
 callback are served too). Tensor arguments that require grad arrive as fresh leaves; a
@@ -42,6 +43,7 @@ import traceback
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import probes
 from .interpreter import single_autotune_config
@@ -87,6 +89,30 @@ def error_payload(error: BaseException) -> dict:
             "message": message[:MAX_TEXT], "traceback": text[-MAX_TEXT:], "code": code}
 
 
+class AtenRecorder(TorchDispatchMode):
+    """Notes the name of every aten operator run while active (when ``active``), into ``names``.
+
+    An instrument in the submission's process, which can pop it: what it records can only ever
+    take credit away (a Triton Function whose forward ran a matmul or a softmax in PyTorch).
+    """
+
+    def __init__(self, names: set[str], active: bool = True):
+        super().__init__()
+        self.names = names
+        self.active = bool(active)
+
+    def __enter__(self):
+        return super().__enter__() if self.active else self
+
+    def __exit__(self, *exc):
+        return super().__exit__(*exc) if self.active else None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = getattr(func, "overloadpacket", func)
+        self.names.add(str(getattr(packet, "__name__", func)))
+        return func(*args, **(kwargs or {}))
+
+
 class Server:
     """The executor's state: the submission, the objects and graphs it keeps, the pipes."""
 
@@ -99,6 +125,7 @@ class Server:
         self.next_id = 1
         self.leaves: list[torch.Tensor] = []
         self.launch_log = LaunchLog(submission)
+        self.aten: set[str] = set()
         self.codec = Codec(export=self._export, imports={"R": self._resolve, "C": self._callback},
                            on_tensor=self._arrived, encode_tensor_fn=self._encode_tensor)
 
@@ -188,7 +215,7 @@ class Server:
                 function = getattr(function, request["attr"])
             args = self.codec.decode(request["args"])
             kwargs = self.codec.decode(request["kwargs"])
-            with torch.set_grad_enabled(bool(request.get("grad", True))):
+            with torch.set_grad_enabled(bool(request.get("grad", True))), AtenRecorder(self.aten, request.get("watch")):
                 result = function(*args, **kwargs)
             return self.codec.encode(result)
         if op == "getattr":
@@ -225,6 +252,7 @@ class Server:
         except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
             reply = {"error": error_payload(error)}
         reply["launches"] = [[launch.name, launch.file] for launch in self.launch_log.take()]
+        reply["aten"], self.aten = sorted(self.aten), set()
         return reply
 
     def call_back(self, callback_id: int, args: tuple, kwargs: dict) -> Any:
