@@ -7,19 +7,21 @@ import pytest
 import torch
 
 from tests.assertions import assert_close
+from tests.attention_truth import model_attention, require_compiled
 from tests.executor.probes import run_probe
 from tests.model_spies import TINY_MODEL, compiled_once
 
 
 def compiled_attention(adapters):
-    return compiled_once(adapters, "torch_compile.compiled_attention")["compiled"]
+    seen = compiled_once(adapters, "torch_compile.compiled_attention")
+    require_compiled(seen)
+    return seen["compiled"]
 
 
 def compare(adapters, Q, K, V, mask, atol, context):
     compiled = compiled_attention(adapters)
-    eager = adapters.get_scaled_dot_product_attention()
     out = compiled(Q, K, V, mask)
-    expected = eager(Q, K, V, mask)
+    expected = model_attention(Q, K, V, mask)  # computed here, never by the submission
     assert_close(out, expected, atol=atol, rtol=atol, what="output", context=context)
     dO = torch.randn_like(expected)
     grads = torch.autograd.grad(out, (Q, K, V), dO)
@@ -45,6 +47,8 @@ def test_causal_mask_with_heads(adapters):
 def test_compiled_model_shares_parameters(adapters):
     # The probe halves the eager model's parameters between two runs of the compiled one.
     seen = run_probe(adapters, "torch_compile.compile_model", TINY_MODEL, torch.randint(0, 10_000, (1, 4)))
+    assert seen["calls"] == 1 and seen["compiled_the_model"] and seen["returned_it"], (
+        "compile_model must return torch.compile(model) (handout §2.2): sharing parameters earns nothing uncompiled")
     before, after = seen["before"], seen["after"]
     assert not torch.allclose(before, after), "the compiled model must use the eager model's parameters, not a copy"
 

@@ -43,8 +43,9 @@ import torch
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
 RUNTIME_PACKAGE = "cs336_executor"
+# binds no name in __main__, so nothing of the kit is reachable from there
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              f"from {RUNTIME_PACKAGE}.server import main; main(sys.argv[2:])")
+              f"__import__('{RUNTIME_PACKAGE}.server', fromlist=['main']).main(sys.argv[2:])")
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
                "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
                "CS336_INTERPRET_AUTOTUNE_CONFIG")

@@ -43,9 +43,9 @@ import traceback
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import probes
+from . import probes, tripwire
+from .aten_recorder import AtenRecorder
 from .interpreter import single_autotune_config
 from .launches import LaunchLog
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
@@ -89,30 +89,6 @@ def error_payload(error: BaseException) -> dict:
             "message": message[:MAX_TEXT], "traceback": text[-MAX_TEXT:], "code": code}
 
 
-class AtenRecorder(TorchDispatchMode):
-    """Notes the name of every aten operator run while active (when ``active``), into ``names``.
-
-    An instrument in the submission's process, which can pop it: what it records can only ever
-    take credit away (a Triton Function whose forward ran a matmul or a softmax in PyTorch).
-    """
-
-    def __init__(self, names: set[str], active: bool = True):
-        super().__init__()
-        self.names = names
-        self.active = bool(active)
-
-    def __enter__(self):
-        return super().__enter__() if self.active else self
-
-    def __exit__(self, *exc):
-        return super().__exit__(*exc) if self.active else None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        packet = getattr(func, "overloadpacket", func)
-        self.names.add(str(getattr(packet, "__name__", func)))
-        return func(*args, **(kwargs or {}))
-
-
 class Server:
     """The executor's state: the submission, the objects and graphs it keeps, the pipes."""
 
@@ -126,6 +102,7 @@ class Server:
         self.leaves: list[torch.Tensor] = []
         self.launch_log = LaunchLog(submission)
         self.aten: set[str] = set()
+        self.probes: dict[str, Any] = {}
         self.codec = Codec(export=self._export, imports={"R": self._resolve, "C": self._callback},
                            on_tensor=self._arrived, encode_tensor_fn=self._encode_tensor)
 
@@ -221,7 +198,7 @@ class Server:
         if op == "getattr":
             return self.codec.encode(getattr(self._resolve(["R", request["target"]]), request["name"]))
         if op == "probe":
-            probe = probes.find(str(request["name"]))
+            probe = self.probes.get(str(request["name"])) or probes.find(str(request["name"]))
             args = self.codec.decode(request["args"])
             kwargs = self.codec.decode(request["kwargs"])
             with torch.set_grad_enabled(bool(request.get("grad", True))):
@@ -294,4 +271,11 @@ def main(argv: list[str]) -> None:
                 single_autotune_config()
         except ImportError:  # no triton on this machine: no launch can happen either
             pass
+    # Before any student code exists: the probes are looked up here from now on, the kit's modules
+    # leave sys.modules (the submission finds no kit module to patch by name), and the tripwire's
+    # audit hook is installed for good.
+    server.probes = probes.table()
+    for name in [name for name in sys.modules if name.split(".")[0] == __name__.split(".")[0]]:
+        del sys.modules[name]
+    tripwire.install(submission)
     server.serve()

@@ -34,6 +34,17 @@ def find(name: str) -> Callable[..., Any]:
     return probes[function]
 
 
+def table() -> dict[str, Callable[..., Any]]:
+    """Every probe, by name: the executor takes this once, before the submission is imported."""
+    import pkgutil
+
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f".{info.name}", __name__)
+        found.update({f"{info.name}.{name}": function for name, function in getattr(module, "PROBES", {}).items()})
+    return found
+
+
 def run_probe(adapters: Any, name: str, *args, **kwargs) -> Any:
     """Run probe ``name`` next to the submission: in the executor under --isolate, else here."""
     remote = getattr(type(adapters), "probe", None)

@@ -1,0 +1,79 @@
+"""Audit hooks that refuse the submission's introspection of the executor (PEP 578).
+
+Installed by ``server.py`` before the submission is imported; Python offers no way to remove
+an audit hook once added. A hook sees each audited event with the Python frame that caused
+it, and refuses (``PermissionError``, naming the rule and the submission's file:line) the
+events below when the submission's own code asks for them directly, or through one helper of
+``inspect`` or ``traceback``:
+
+- walking the garbage collector's objects: ``gc.get_objects``, ``gc.get_referrers``,
+  ``gc.get_referents`` (``gc.collect`` stays allowed);
+- taking frames: ``sys._getframe`` (also ``inspect.currentframe``/``inspect.stack``),
+  ``sys._current_frames``, a traceback's ``tb_frame`` and a generator's or coroutine's frame;
+- tracing: ``sys.settrace``, ``sys.setprofile``;
+- ``ctypes`` (raw memory and foreign calls).
+
+The handout (§2.4) names these rules. Library code (torch, triton, logging, the standard
+library on its own behalf) keeps every one of them. This is a tripwire, not the boundary: no
+verdict depends on what runs in the executor staying unforged (see THREAT_MODEL.md); it turns
+the routes the kit has seen used into a clear refusal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_HELPERS = ("inspect.py", "traceback.py")  # standard-library helpers that take frames for their caller
+RULES = {
+    "gc": "walking the garbage collector's objects (gc.get_objects, get_referrers, get_referents)",
+    "frames": "reading stack frames (sys._getframe, inspect.currentframe/stack, tb_frame, gi_frame)",
+    "trace": "installing a trace or profile function (sys.settrace, sys.setprofile)",
+    "ctypes": "using ctypes",
+}
+
+
+def _rule(event: str, args: tuple) -> str | None:
+    if event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents"):
+        return "gc"
+    if event in ("sys._getframe", "sys._current_frames"):
+        return "frames"
+    if event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRIBUTES:
+        return "frames"
+    if event in ("sys.settrace", "sys.setprofile"):
+        return "trace"
+    if event.startswith("ctypes."):
+        return "ctypes"
+    return None
+
+
+def install(submission: str) -> None:
+    """Add the hook for the submission copied at ``submission`` (call before importing it)."""
+    root = os.path.join(os.path.realpath(submission), "")
+    guard = threading.local()
+    getframe = sys._getframe
+
+    def hook(event: str, args: tuple) -> None:
+        rule = _rule(event, args)
+        if rule is None or getattr(guard, "busy", False):
+            return
+        guard.busy = True
+        try:
+            frame = getframe(1)  # the Python code that caused the event
+            if frame is not None and os.path.basename(frame.f_code.co_filename) in _HELPERS:
+                frame = frame.f_back  # one step through inspect or traceback
+                while frame is not None and os.path.basename(frame.f_code.co_filename) in _HELPERS:
+                    frame = frame.f_back
+            if frame is None or not os.path.realpath(frame.f_code.co_filename).startswith(root):
+                return
+            where = f"{os.path.relpath(os.path.realpath(frame.f_code.co_filename), root)}:{frame.f_lineno}"
+        finally:
+            guard.busy = False
+        raise PermissionError(
+            f"{where}: {RULES[rule]} is not allowed in a submission ({event}). The grader refuses it so that "
+            "code under test cannot reach the grader's instruments (handout §2.4, 'What the grader refuses'). "
+            "Remove it; gc.collect() and ordinary exceptions stay allowed.")
+
+    sys.addaudithook(hook)
