@@ -62,6 +62,16 @@ ATTENTION_OPS = frozenset({
 })
 
 
+REPLY_BASE_BYTES = 64 << 20  # what any reply may hold, besides twice the largest request of its test
+
+
+def reply_limit(request_bytes: int) -> int:
+    """The largest reply (or callback) frame the harness reads, given the largest request frame of
+    the test so far: outputs, saved tensors and gradients are at most about twice the inputs that
+    made them; a larger frame fails the call unread."""
+    return REPLY_BASE_BYTES + 2 * request_bytes
+
+
 class ExecutorFailure(Exception):
     """The process running the submission died, hung, or sent something that is not a reply."""
 
@@ -136,6 +146,7 @@ class Executor:
         self._inputs: list[torch.Tensor] = []
         self._kernels: dict[str, set[str]] | None = None
         self._provenance = None  # provenance.Verdict, once established
+        self._sent_max = 0  # the largest request frame of the current test (bytes)
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
         self._prepared = False
         self._log_start = 0
@@ -201,7 +212,7 @@ class Executor:
             return
         try:
             send_frame(self._to, {"op": "hello"})
-            reply = recv_frame(self._from, began + _START_TIMEOUT_S)
+            reply = recv_frame(self._from, began + _START_TIMEOUT_S, 1 << 20)
         except (Closed, BrokenPipeError, TimedOut, ProtocolError) as error:
             raise self._fail(f"the process for the submission did not start ({type(error).__name__})") from None
         if not isinstance(reply, dict) or "ok" not in reply:
@@ -306,6 +317,7 @@ class Executor:
         """Called before each test: a new time budget, no failure yet, no launches yet."""
         self.failure = None
         self.launches = []
+        self._sent_max = 0
         timeout = self.settings.test_timeout_s
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -383,9 +395,10 @@ class Executor:
         self._released_handles.clear()
         self._released_graphs.clear()
         try:
-            send_frame(self._to, message)
+            self._sent_max = max(self._sent_max, send_frame(self._to, message))
+            limit = reply_limit(self._sent_max)
             while True:
-                reply = recv_frame(self._from, self._wait_until())
+                reply = recv_frame(self._from, self._wait_until(), limit)
                 if not isinstance(reply, dict):
                     raise ProtocolError("a reply that is not a dict")
                 if "callback" in reply:

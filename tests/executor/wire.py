@@ -73,35 +73,42 @@ def loads(payload: bytes) -> Any:
         raise ProtocolError(f"unreadable frame ({type(error).__name__}: {error})") from None
 
 
-def send_frame(fd: int, tree: Any) -> None:
-    """Write one frame holding ``tree`` (plain data, see the module docstring) to ``fd``."""
+def send_frame(fd: int, tree: Any) -> int:
+    """Write one frame holding ``tree`` (plain data, see the module docstring) to ``fd``; return its size."""
     payload = dumps(tree)
     view = memoryview(HEADER.pack(len(payload)) + payload)
     while view:
         written = os.write(fd, view)
         view = view[written:]
+    return len(payload)
 
 
 def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:
-    chunks, left = [], count
-    while left:
+    """``count`` bytes from ``fd``, read into one buffer of that size (nothing is held twice)."""
+    buffer = bytearray(count)
+    view, done = memoryview(buffer), 0
+    while done < count:
         if deadline is not None:
             wait = deadline - time.monotonic()
             if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise TimedOut(f"no reply within the time limit ({count - left} of {count} bytes read)")
-        chunk = os.read(fd, min(left, 1 << 22))
-        if not chunk:
+                raise TimedOut(f"no reply within the time limit ({done} of {count} bytes read)")
+        got = os.readv(fd, [view[done:done + (1 << 22)]])
+        if not got:
             raise Closed("the other side closed the pipe")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        done += got
+    return bytes(buffer) if count <= 64 else buffer
 
 
-def recv_frame(fd: int, deadline: float | None = None) -> Any:
-    """Read one frame from ``fd``; raise Closed, TimedOut (past ``deadline``) or ProtocolError."""
+def recv_frame(fd: int, deadline: float | None = None, limit: int | None = None) -> Any:
+    """Read one frame from ``fd``; raise Closed, TimedOut (past ``deadline``) or ProtocolError.
+
+    ``limit``: the most bytes this frame may hold (what the request could legitimately return);
+    a larger frame is refused from its header alone, before any of it is read.
+    """
     (size,) = HEADER.unpack(_read_exactly(fd, HEADER.size, deadline))
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"a frame of {size} bytes (the limit is {MAX_FRAME_BYTES})")
+    bound = MAX_FRAME_BYTES if limit is None else min(limit, MAX_FRAME_BYTES)
+    if size > bound:
+        raise ProtocolError(f"a frame of {size} bytes, more than this request can return ({bound} bytes)")
     return loads(_read_exactly(fd, size, deadline))
 
 
