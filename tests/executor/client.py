@@ -43,9 +43,11 @@ import torch
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
 RUNTIME_PACKAGE = "cs336_executor"
-# binds no name in __main__, so nothing of the kit is reachable from there
+# Binds no kit name in __main__. It first takes the executor's identity (identity.py: a network
+# namespace of its own, then the leased user), as its last argument says, before importing torch.
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              f"__import__('{RUNTIME_PACKAGE}.server', fromlist=['main']).main(sys.argv[2:])")
+              f"__import__('{RUNTIME_PACKAGE}.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
+              f"__import__('{RUNTIME_PACKAGE}.server', fromlist=['main']).main(sys.argv[2:-1])")
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
                "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
                "CS336_INTERPRET_AUTOTUNE_CONFIG")
@@ -95,6 +97,7 @@ class ExecutorSettings:
     test_timeout_s: float | None = None
     python: str = sys.executable
     transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy (provenance.py)
+    require_netns: bool = False  # refuse to run where the executor cannot get a network namespace
 
 
 def _describe_limit(name: str, value: int | None) -> str:
@@ -228,15 +231,13 @@ class Executor:
         self._from, from_write = os.pipe()
         log = open(os.open(work / "executor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         self._log_start = log.tell()  # what earlier executors printed is not this one's output
-        extra = {}
-        if self.settings.uid is not None:
-            extra = {"user": self.settings.uid, "group": self.settings.gid, "extra_groups": []}
+        identity = [self.settings.uid, self.settings.gid, self.settings.require_netns]
         try:
             self.process = subprocess.Popen(
                 [self.settings.python, "-I", "-B", "-c", _BOOTSTRAP, str(work / "runtime"), str(work / "submission"),
-                 str(to_read), str(from_write), json.dumps(self.settings.limits)],
+                 str(to_read), str(from_write), json.dumps(self.settings.limits), json.dumps(identity)],
                 cwd=work / "home", env=self._env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(to_read, from_write), start_new_session=True, umask=0o077, **extra,
+                pass_fds=(to_read, from_write), start_new_session=True, umask=0o077,
             )
         finally:
             log.close()

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from . import probes, tripwire
+from . import identity, probes, tripwire
 from .aten_recorder import AtenRecorder
 from .interpreter import single_autotune_config
 from .launches import LaunchLog
@@ -220,7 +220,7 @@ class Server:
         if op == "release":
             return None
         if op == "hello":
-            return {"pid": os.getpid(), "uid": os.getuid()}
+            return {"pid": os.getpid(), "uid": os.getuid(), "network_confined": identity.network_confined}
         raise ValueError(f"unknown request {op!r}")
 
     def answer(self, request: dict) -> dict:
@@ -271,11 +271,10 @@ def main(argv: list[str]) -> None:
                 single_autotune_config()
         except ImportError:  # no triton on this machine: no launch can happen either
             pass
-    # Before any student code exists: the probes are looked up here from now on, the kit's modules
-    # leave sys.modules (the submission finds no kit module to patch by name), and the tripwire's
-    # audit hook is installed for good.
+    # Before any student code exists: the probes are looked up in this table from now on (a
+    # submission that edits the probes' modules does not change which function runs), and the
+    # tripwire's audit hook is installed for good. The kit's modules stay in sys.modules:
+    # the parallel probes' worker processes find their functions there by name.
     server.probes = probes.table()
-    for name in [name for name in sys.modules if name.split(".")[0] == __name__.split(".")[0]]:
-        del sys.modules[name]
     tripwire.install(submission)
     server.serve()

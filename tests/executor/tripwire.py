@@ -11,7 +11,10 @@ events below when the submission's own code asks for them directly, or through o
 - taking frames: ``sys._getframe`` (also ``inspect.currentframe``/``inspect.stack``),
   ``sys._current_frames``, a traceback's ``tb_frame`` and a generator's or coroutine's frame;
 - tracing: ``sys.settrace``, ``sys.setprofile``;
-- ``ctypes`` (raw memory and foreign calls).
+- ``ctypes`` (raw memory and foreign calls);
+- from any code in the executor, a Python socket's ``connect`` or ``sendto`` to an address that is
+  not loopback (the executor's network namespace already has no other; this holds where a
+  container refuses it one).
 
 The handout (§2.4) names these rules. Library code (torch, triton, logging, the standard
 library on its own behalf) keeps every one of them. This is a tripwire, not the boundary: no
@@ -32,7 +35,15 @@ RULES = {
     "frames": "reading stack frames (sys._getframe, inspect.currentframe/stack, tb_frame, gi_frame)",
     "trace": "installing a trace or profile function (sys.settrace, sys.setprofile)",
     "ctypes": "using ctypes",
+    "network": "connecting to an address outside this machine's loopback",
 }
+
+
+def _off_machine(address) -> bool:
+    if not (isinstance(address, tuple) and address and isinstance(address[0], str)):
+        return False  # a Unix socket or an unknown family
+    host = address[0].strip("[]").lower()
+    return not (host.startswith("127.") or host in ("::1", "localhost", "0.0.0.0", "::", ""))
 
 
 def _rule(event: str, args: tuple) -> str | None:
@@ -56,6 +67,8 @@ def install(submission: str) -> None:
     getframe = sys._getframe
 
     def hook(event: str, args: tuple) -> None:
+        if event in ("socket.connect", "socket.sendto") and len(args) > 1 and _off_machine(args[1]):
+            raise PermissionError(f"{RULES['network']} ({args[1]!r}) is not allowed while grading")
         rule = _rule(event, args)
         if rule is None or getattr(guard, "busy", False):
             return
