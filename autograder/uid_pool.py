@@ -23,6 +23,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +32,17 @@ from pathlib import Path
 FIRST_UID = 2_000_100_000  # far above any real account and the usual subordinate-id ranges
 POOL_SIZE = 4096
 LOCK_DIRS = (Path("/run/cs336-uid-pool"), Path(tempfile.gettempdir()) / "cs336-uid-pool")
-SHARED_TEMP_DIRS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+SHARED_TEMP_DIRS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"), Path("/run/lock"),
+                    Path("/var/lock"), Path("/dev/mqueue"))
+# Where a user without an account could have written: every world-writable folder under these
+# (at most SCAN_DEPTH folders down, through folders anyone may enter), found afresh at most
+# every SCAN_TTL_S seconds. /usr, /etc, /proc, /sys and home folders of real users are not
+# writable to such a user on a sane host.
+SCAN_ROOTS = (Path(tempfile.gettempdir()), Path("/tmp"), Path("/var"), Path("/run"), Path("/dev/shm"),
+              Path("/dev/mqueue"), Path("/home"), Path("/opt"), Path("/srv"), Path("/mnt"), Path("/media"))
+SCAN_DEPTH = 4
+SCAN_TTL_S = 60.0
+_scanned: tuple[float, tuple[Path, ...]] = (float("-inf"), ())
 
 
 class PoolUnavailable(RuntimeError):
@@ -122,10 +133,44 @@ def kill_all(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def writable_places() -> tuple[Path, ...]:
+    """Every folder a leased user could write in: the shared temporary folders and each
+    world-writable folder found under ``SCAN_ROOTS`` (see there), without duplicates."""
+    global _scanned
+    found_at, places = _scanned
+    if time.monotonic() - found_at < SCAN_TTL_S:
+        return places
+    found: dict[str, Path] = {}
+    stack = [(root, 0) for root in SCAN_ROOTS]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            info = folder.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            continue
+        if info.st_mode & stat.S_IWOTH:
+            found.setdefault(os.path.realpath(folder), folder)
+        if depth >= SCAN_DEPTH or not info.st_mode & stat.S_IXOTH:
+            continue  # no one without an account gets further in
+        try:
+            children = [Path(entry.path) for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        stack += [(child, depth + 1) for child in children]
+    for folder in SHARED_TEMP_DIRS:
+        if folder.is_dir():
+            found.setdefault(os.path.realpath(folder), folder)
+    places = tuple(found.values())
+    _scanned = (time.monotonic(), places)
+    return places
+
+
 def clear(uid: int) -> None:
-    """No process of ``uid`` left running, and no file of its left in the shared temporary folders."""
+    """No process of ``uid`` left running, and no file of its left in any folder it could write in."""
     kill_all(uid)
-    for directory in SHARED_TEMP_DIRS:
+    for directory in writable_places():
         try:
             entries = list(os.scandir(directory))
         except OSError:

@@ -150,6 +150,7 @@ class Executor:
         self._kernels: dict[str, set[str]] | None = None
         self._provenance = None  # provenance.Verdict, once established
         self._sent_max = 0  # the largest request frame of the current test (bytes)
+        self.greeting: dict = {}  # what the executor said at its start: pid, uid, network_confined
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
         self._prepared = False
         self._log_start = 0
@@ -220,6 +221,7 @@ class Executor:
             raise self._fail(f"the process for the submission did not start ({type(error).__name__})") from None
         if not isinstance(reply, dict) or "ok" not in reply:
             raise self._fail("the process for the submission did not start (no greeting)")
+        self.greeting = reply["ok"] if isinstance(reply["ok"], dict) else {}
         if self.deadline is not None:
             self.deadline += time.monotonic() - began
 
