@@ -40,11 +40,12 @@ KIT = Path(__file__).resolve().parent.parent
 PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 STARTUP_TIMEOUT_S = 300.0
 _MAX_LINE = 1 << 20
-# CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile.
+# CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile;
+# CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/sandboxed_pytest.py).
 _PASSED_THROUGH = (
     "CUDA_", "NVIDIA_", "TRITON_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
-    "CS336_HIDDEN_SEED", "HYPOTHESIS_PROFILE",
+    "CS336_HIDDEN_SEED", "HYPOTHESIS_PROFILE", "CS336_HARNESS_MEMORY_BYTES",
 )
 
 

@@ -12,8 +12,23 @@ own, never files from the submission.
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 from pathlib import Path
+
+# The harness's own memory limit (data segment: heap and private writable mappings; CUDA's
+# address-space reservations are not counted, so GPU runners keep it). With the reply-frame
+# limits of tests/executor/client.py a harness needs well under 2 GiB; this bounds what a bug
+# or a hostile executor could make it hold, so that concurrent grades on one host survive.
+HARNESS_MEMORY_BYTES = int(os.environ.get("CS336_HARNESS_MEMORY_BYTES", 16 << 30))
+
+
+def limit_memory() -> None:
+    """Cap this process's data segment at HARNESS_MEMORY_BYTES (soft and hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    value = HARNESS_MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(HARNESS_MEMORY_BYTES, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (value, value))
 
 
 def main(argv: list[str]) -> int:
@@ -24,6 +39,7 @@ def main(argv: list[str]) -> int:
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:
         pass
+    limit_memory()
     grader_root = str(Path(__file__).resolve().parent.parent)
     sys.path[:0] = [kit] if kit == grader_root else [kit, grader_root]
 

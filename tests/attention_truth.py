@@ -1,6 +1,6 @@
 """The truth for the provided model's attention, computed in the harness (never by the submission).
 
-Read by the torch_compile tests (visible and hidden): what a compiled attention must equal is
+Read by the torch_compile tests (visible and hidden): what a compiled attention (or model) must equal is
 computed here, from the inputs the test made, so nothing the submission's process returns or
 rewrites can decide it. The formula is the provided model's contract
 (``cs336_systems/model.py`` ``scaled_dot_product_attention``): softmax(Q K^T / sqrt(d_k)) V, with
@@ -35,3 +35,20 @@ def require_compiled(seen: dict) -> None:
             f"torch.compile was called {seen.get('calls')} times and what it returned was "
             f"{'' if seen.get('returned_it') else 'not '}returned. An eager function earns no torch_compile points."
         )
+
+
+def eager_model_truth(overrides: dict, state: dict[str, torch.Tensor], tokens: torch.Tensor):
+    """The provided model's eager logits on ``tokens`` and the gradients of ``logits.float().square().mean()``
+    ({parameter name: gradient}), for the "small" size with ``overrides`` and the parameters ``state``:
+    built here from the kit's own copy of the provided model, on ``tokens``' device."""
+    from cs336_systems.model_sizes import build_model  # the kit's provided code, imported by the harness
+
+    model = build_model("small", overrides=overrides, device=tokens.device)
+    missing = set(dict(model.named_parameters())) ^ set(state)
+    if missing:
+        raise AssertionError(f"the model's parameters are not the provided model's: {sorted(missing)[:5]}")
+    model.load_state_dict(state, strict=False)
+    logits = model(tokens)
+    names, parameters = zip(*model.named_parameters())
+    grads = torch.autograd.grad(logits.float().square().mean(), parameters)
+    return logits.detach(), dict(zip(names, (g.detach() for g in grads)))

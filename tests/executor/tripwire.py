@@ -86,7 +86,7 @@ def install(submission: str) -> None:
             guard.busy = False
         raise PermissionError(
             f"{where}: {RULES[rule]} is not allowed in a submission ({event}). The grader refuses it so that "
-            "code under test cannot reach the grader's instruments (handout §2.4, 'What the grader refuses'). "
+            "code under test cannot reach the grader's instruments (handout §2.4, 'How the grader knows your kernels do the work'). "
             "Remove it; gc.collect() and ordinary exceptions stay allowed.")
 
     sys.addaudithook(hook)
