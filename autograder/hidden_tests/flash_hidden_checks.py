@@ -3,8 +3,8 @@
 Staff only (never shipped). Read by autograder/hidden_tests/test_flash_*_hidden.py.
 
 Seeds: every hidden case draws its inputs from ``hidden_seed(label)``, a hash of the case's
-label and a secret. The secret is ``$CS336_HIDDEN_SEED`` when the grader sets it (set a new one
-each term), else a fixed constant that never leaves this directory. Students see the visible
+label and the course's secret (autograder/hidden_tests/secret.py: ``$CS336_HIDDEN_SEED`` when
+set, a new one each term, else a fixed constant that never leaves this directory). Students see the visible
 tests' seeds, never these.
 
 The checks here go beyond "is O close to the truth":
@@ -20,18 +20,16 @@ subtracted, and underflow the sum to 0 unless it starts at -inf) and ``check_sum
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
 
 import torch
 
+from autograder.hidden_tests.secret import course_secret
 from tests.assertions import assert_close, assert_meta
 from tests.flash_cases import FlashCase, compile_apply, reporting, saved_logsumexp, saved_tensors
 from tests.flash_reference import attention_float64
 from tests.flash_tolerances import tolerance
 
-SEED_ENV = "CS336_HIDDEN_SEED"
-_DEFAULT_SECRET = "cs336-systems-flash-7f3a9c1e2b"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # On a GPU, torch.compile's default backend (inductor), as the leaderboard uses it. On a CPU,
 # "aot_eager": the same graph capture (dynamo) and autograd tracing, which is where a Function
@@ -41,7 +39,7 @@ COMPILE_BACKEND = "inductor" if torch.cuda.is_available() else "aot_eager"
 
 def hidden_seed(label: str) -> int:
     """A 31-bit seed for the case ``label``, unpredictable without the secret."""
-    secret = os.environ.get(SEED_ENV) or _DEFAULT_SECRET
+    secret = course_secret()
     digest = hashlib.sha256(f"{secret}/{label}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
