@@ -26,7 +26,14 @@ import torch
 
 from autograder.hidden_tests.secret import course_secret
 from tests.assertions import assert_close, assert_meta
-from tests.flash_cases import FlashCase, compile_apply, reporting, saved_logsumexp, saved_tensors
+from tests.flash_cases import (
+    FlashCase,
+    compile_apply,
+    explain_device_refusal,
+    reporting,
+    saved_logsumexp,
+    saved_tensors,
+)
 from tests.flash_reference import attention_float64
 from tests.flash_tolerances import tolerance
 
@@ -174,10 +181,11 @@ def _eager_is_right(function, case: FlashCase, implementation: str, backward: bo
 
 
 class _naming_failures:
-    """Re-raise a crash or timeout of the submission's process (ExecutorFailure) with ``context``."""
+    """Re-raise a crash or timeout of the submission's process (ExecutorFailure) with ``context``;
+    explain a Triton Function's refusal of CPU tensors as every other test does (handout §2.4)."""
 
-    def __init__(self, context: str):
-        self.context = context
+    def __init__(self, context: str, implementation: str = "pytorch", device: str = DEVICE):
+        self.context, self.implementation, self.device = context, implementation, device
 
     def __enter__(self):
         return self
@@ -187,6 +195,9 @@ class _naming_failures:
 
         if isinstance(error, ExecutorFailure):
             raise ExecutorFailure(f"{error}\n  while running {self.context}") from None
+        if isinstance(error, Exception):
+            explain_device_refusal(error, self.device, self.context.split(" with ", 1)[0],
+                                   triton=self.implementation == "triton")
         return False
 
 
@@ -219,14 +230,14 @@ def check_large_logits(function: type[torch.autograd.Function], implementation: 
         "(autograder/hidden_tests/flash_hidden_checks.py)"
     )
     Q, K, V = large_logit_inputs(batch, n, d, torch.float32, seed, device)
-    with _naming_failures(context):
+    with _naming_failures(context, implementation, device):
         O = function.apply(Q, K, V, is_causal)
     dO = torch.randn(O.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device) if backward else None
     truth = attention_float64(Q, K, V, is_causal, dO)
     loose = {key: 10 * value for key, value in tolerance(torch.float32, "O", implementation).items()}
     assert_close(O, truth.O, **loose, what="O", context=context)
     if backward:
-        with _naming_failures(context + ", backward"):
+        with _naming_failures(context + ", backward", implementation, device):
             grads = torch.autograd.grad(O, (Q, K, V), dO)
         for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
             loose = {key: 10 * value for key, value in tolerance(torch.float32, name, implementation).items()}
