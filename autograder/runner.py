@@ -5,7 +5,8 @@ Read by staff changing how tests are run. The grader (autograder/grade.py) calls
 starts ``autograder/sandboxed_pytest.py`` with a clean environment and reads the signed
 records of autograder/pytest_plugin.py from a pipe, under a watchdog:
 
-- a test that runs past its time limit is killed with its whole process group;
+- a test that runs past its time limit is killed with its whole process group (its time is the
+  smaller of its wall and CPU time, with a wall-clock backstop: tests/executor/cpu_clock.py);
 - a process that dies (segfault, ``os._exit``, OOM killer, ``pytest.exit``) fails the test it
   was running, with the last lines it printed;
 - a process that sends a forged record, or after whose test the harness was patched, fails
