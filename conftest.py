@@ -29,8 +29,9 @@ from tests.gpu_marker import gpus_needed, gpus_present, skip_reason  # noqa: E40
 from tests.submission import load_adapters, resolve_submission_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
-# A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example.
-pytest_plugins = ("tests.stub_failures",)
+# A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example;
+# every test's random examples derive from the course's secret and its node id (tests/example_seeds.py).
+pytest_plugins = ("tests.stub_failures", "tests.example_seeds")
 
 
 def pytest_addoption(parser):

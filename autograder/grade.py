@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import math
 import os
 import shutil
 import subprocess
@@ -242,10 +243,62 @@ def _gpu_memory_gib() -> float | None:
     return min(sizes) / 1024 if answer.returncode == 0 and sizes else None
 
 
+def _cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup"), cgroup_file: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The CPUs this process's cgroup may use, from its CPU quota (cgroup v2 ``cpu.max``, or v1
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), at the tightest level up to the root; None if unlimited."""
+    try:
+        lines = cgroup_file.read_text().splitlines()
+    except OSError:
+        lines = []
+    candidates: list[tuple[Path, str]] = []  # (folder, "v2" or "v1")
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        relative = path.lstrip("/")
+        if hierarchy == "0" and controllers == "":
+            folders = [root / relative] + [root / p for p in map(str, Path(relative).parents)]
+            candidates += [(folder, "v2") for folder in folders]
+        elif "cpu" in controllers.split(","):
+            for base in (root / "cpu,cpuacct", root / "cpu"):
+                folders = [base / relative] + [base / p for p in map(str, Path(relative).parents)]
+                candidates += [(folder, "v1") for folder in folders]
+    limits = []
+    for folder, version in candidates:
+        try:
+            if version == "v2":
+                quota, period = (folder / "cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    limits.append(int(quota) / int(period))
+            else:
+                quota = int((folder / "cpu.cfs_quota_us").read_text())
+                period = int((folder / "cpu.cfs_period_us").read_text())
+                if quota > 0 and period > 0:
+                    limits.append(quota / period)
+        except (OSError, ValueError):
+            continue
+    return min(limits) if limits else None
+
+
+def usable_cpus() -> int:
+    """The CPUs this grade may actually keep busy: those its affinity mask allows
+    (``sched_getaffinity``), fewer when its cgroup's CPU quota is smaller (rounded up, at least 1).
+    ``os.cpu_count()`` counts the host's CPUs, which a container or a batch job may not get."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_limit()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota - 1e-9)))
+    return max(1, cpus)
+
+
 def _default_jobs() -> int:
     """Test process chains at a time when --jobs is not given.
 
-    CPU runner: up to 4, at most the CPU count.
+    CPU runner: up to 4, at most the CPUs it may use (``usable_cpus``: affinity and cgroup quota).
 
     GPU runner: up to 8, at most half the CPU count (Triton and inductor compile on the CPU,
     each test process its own kernels) and at most one per 16 GiB of GPU memory, but never
@@ -260,7 +313,7 @@ def _default_jobs() -> int:
     under 100 ms) are in files marked ``alone_on_gpu`` in autograder/test_durations.toml, which
     run after every other chain has finished (autograder/schedule.py).
     """
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if not _gpu_runner():
         return min(4, cpus)
     memory = _gpu_memory_gib()
@@ -349,7 +402,12 @@ def grade(options: GradeOptions) -> GradeReport:
                      for suite, paths in files.items()}
         if unmapped:
             notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
+        cpus = usable_cpus()
         jobs = options.jobs or _default_jobs()
+        if jobs > cpus:  # more chains than CPUs: each test's time would depend on how many others run
+            notes.append(f"--jobs {jobs} was lowered to {cpus}, the CPUs this grade may use")
+            printer.say(f"grade: --jobs {jobs} is more than the {cpus} CPU(s) this grade may use; running {cpus} at a time")
+            jobs = cpus
         try:
             durations = load_durations()
         except DurationsError as error:  # a broken timing table must not stop a grade
@@ -372,7 +430,7 @@ def grade(options: GradeOptions) -> GradeReport:
             return problem.name if problem else "?"
 
         runs: list[SuiteRun] = []
-        threads_each = max(1, (os.cpu_count() or 1) // at_once)
+        threads_each = max(1, cpus // at_once)
         specs = [
             SuiteSpec(
                 name=chain.suite, files=chain.files, sandbox=sandbox_dir, workdir=workdir,

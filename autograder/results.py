@@ -46,6 +46,11 @@ _MIN_DOC_LINE_CHARS = 16  # docstring lines at least this long are never shown
 _MIN_SOURCE_LINE_CHARS = 24  # nor are source lines at least this long
 _SEED_VALUE = re.compile(r"(seed\W{0,3})(\d+)", re.IGNORECASE)  # seed=12, seed: 12, "seed": 12, manual_seed(12)
 _TRACEBACK = re.compile(r'^\s*(File ".*", line \d+|Traceback \(most recent call last\)|\S+\.py:\d+(:|$)|>)')
+# A frame in the submission's own files: kept (shortened to the path inside the submission), with
+# its source line, so that a student can find where their code failed. Every other frame goes.
+_STUDENT_FRAME = re.compile(r'^\s*File "(?:[^"]*/)?(?P<path>cs336_systems/[^"]+\.py|adapters\.py)", line (?P<line>\d+)'
+                            r'(?P<rest>, in [A-Za-z_][A-Za-z0-9_<>.]*)?\s*$')
+_STUDENT_FRAME_SHORT = re.compile(r'^\s*(?:[^\s"]*/)?(?P<path>cs336_systems/\S+\.py|adapters\.py):(?P<line>\d+)(?::|$)')
 _ESSENTIAL = ("shape", "dtype", "max abs error", "outside tolerance")  # kept when a message is cut
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.=+-]{1,80}")
 
@@ -249,14 +254,30 @@ def redact_secrets(text: str, hidden: HiddenText) -> str:
 def redact_hidden(message: str, hidden: HiddenText) -> str:
     """A hidden test's failure message as a student may see it (see the module docstring).
 
-    Traceback lines go; then the secrets and seeds, any docstring or source line of the hidden
+    Traceback lines go, except the frames in the submission's own files (``cs336_systems/...``,
+    ``adapters.py``: shown as that path, line and function, with the line of their code); then the secrets and seeds, any docstring or source line of the hidden
     tests (matched ignoring case and spacing), the case labels and the digits after ``seed``
     are replaced by ``<hidden>``. Everything else is kept, so the assertion helpers' account of
     the error (shape, dtype, tolerance, largest errors, count of bad elements) survives.
     """
-    lines, after_file = [], False
+    lines, after_file, after_student = [], False, False
     for line in message.splitlines():
         is_file = bool(re.match(r'^\s*File ".*", line \d+', line))
+        student = _STUDENT_FRAME.match(line)
+        short = _STUDENT_FRAME_SHORT.match(line)
+        if student:
+            lines.append(f'  File "{student["path"]}", line {student["line"]}{student["rest"] or ""}')
+            after_file, after_student = False, True
+            continue
+        if short:
+            lines.append(f'  {short["path"]}:{short["line"]}')
+            after_file = after_student = False
+            continue
+        if after_student and line.startswith("    ") and not _TRACEBACK.match(line):
+            lines.append("    " + line.strip())  # the submission's own source line
+            after_student = False
+            continue
+        after_student = False
         if _TRACEBACK.match(line) or (after_file and line.startswith("    ")):
             after_file = is_file
             continue

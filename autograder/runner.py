@@ -5,7 +5,8 @@ Read by staff changing how tests are run. The grader (autograder/grade.py) calls
 starts ``autograder/sandboxed_pytest.py`` with a clean environment and reads the signed
 records of autograder/pytest_plugin.py from a pipe, under a watchdog:
 
-- a test that runs past its time limit is killed with its whole process group;
+- a test that runs past its time limit is killed with its whole process group (its time is the
+  smaller of its wall and CPU time, with a wall-clock backstop: tests/executor/cpu_clock.py);
 - a process that dies (segfault, ``os._exit``, OOM killer, ``pytest.exit``) fails the test it
   was running, with the last lines it printed;
 - a process that sends a forged record, or after whose test the harness was patched, fails
@@ -33,7 +34,9 @@ from pathlib import Path
 from typing import Callable
 
 from autograder import uid_pool
+from autograder.hidden_tests.secret import SEED_ENV, course_secret
 from autograder.protocol import ForgedRecord, Verifier, new_key
+from tests.executor.cpu_clock import WALL_FACTOR, Budget
 from tests.gpu_marker import not_graded_message
 
 KIT = Path(__file__).resolve().parent.parent
@@ -145,6 +148,8 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
         "MPLCONFIGDIR": str(work / "cache" / "matplotlib"),
         "CS336_GRADER_RUN": run_id,
     })
+    # Every example a grade draws derives from the course's secret (tests/example_seeds.py).
+    env.setdefault(SEED_ENV, course_secret())
     return env
 
 
@@ -159,7 +164,8 @@ def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int
         "-q", "--no-header", "-rN", "--tb=short",
         "--continue-on-collection-errors",
         "--basetemp", str(spec.workdir / "pytest-tmp"),
-        "-o", f"faulthandler_timeout={max(1.0, spec.test_timeout_s - 1.5):.1f}",
+        # where a test hung: pytest prints every thread's stack just before the wall-clock backstop
+        "-o", f"faulthandler_timeout={max(1.0, WALL_FACTOR * spec.test_timeout_s - 1.5):.1f}",
         "--submission", str(spec.sandbox),
         "--isolate", "--executor-dir", str(executor_dir),
         "--executor-limits", json.dumps(spec.executor_limits),
@@ -375,21 +381,25 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         child = _Child(spec, files, pending if pending is not None else spec.select, index)
         index += 1
         current: str | None = None
-        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S  # between tests: collection, start-up
+        budget: Budget | None = None  # the running test's time (tests/executor/cpu_clock.py)
         collected = pending is not None
         progress = False
         problem_text: str | None = None  # why this process was killed, if it was
         try:
             while not child.eof:
                 now = time.monotonic()
-                limit = min(test_deadline, spec.deadline)
-                if now >= limit:
+                test_end = budget.wall_deadline() if budget is not None else test_deadline
+                limit = min(test_end, spec.deadline)
+                if now >= limit or (budget is not None and budget.expired()):
                     if current is None and not collected:
                         problem_text = f"the test process did not finish collecting within {STARTUP_TIMEOUT_S:.0f} s"
                     elif now >= spec.deadline:
                         problem_text = "the grading time limit ran out while this test was running"
+                    elif budget is not None:
+                        problem_text = _timed_out(budget)
                     else:
-                        problem_text = f"timed out: still running after {spec.test_timeout_s:.0f} s"
+                        problem_text = f"timed out: still running after {STARTUP_TIMEOUT_S:.0f} s between tests"
                     child.kill()
                     break
                 for record in child.records(min(1.0, limit - now)):
@@ -402,6 +412,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                             pending = [item["nodeid"] for item in record["items"]]
                             gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})
                         collected = True
+                        budget = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
                     elif kind == "finished":
                         child.eof = True
@@ -410,13 +421,15 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                             settle(current, Verdict(current, "failed", "the test process reported no verdict for this "
                                                     "test (the grader's reporting was interfered with)"), crash=True)
                         current = record["nodeid"]
-                        test_deadline = time.monotonic() + spec.test_timeout_s
+                        budget = Budget(spec.test_timeout_s, WALL_FACTOR * spec.test_timeout_s,
+                                        lambda: child.process.pid)
                     elif kind == "result":
                         nodeid = record["nodeid"]
                         if pending is None or nodeid not in pending:
                             continue
                         progress = True
                         current = None
+                        budget = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
                         settle(nodeid, _outcome(record, gpu.get(nodeid, 0), result.gpus),
                                crash=record["outcome"] == "tampered")
@@ -454,6 +467,16 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
             spec.on_note(f"{spec.name}#{spec.shard}", f"restarting the test process for {len(pending)} remaining test(s)")
     result.wall_s = time.monotonic() - started
     return result
+
+
+def _timed_out(budget: Budget) -> str:
+    """Why the watchdog stopped a test: its limit (CPU time) or the wall-clock backstop."""
+    wall, cpu = budget.wall(), budget.cpu()
+    if wall >= budget.wall_limit_s and (cpu is None or cpu < budget.limit_s):
+        return (f"timed out: still running after {wall:.0f} s on the clock, the most any test may take "
+                f"(its processes used {cpu if cpu is not None else wall:.0f} s of CPU time: they were waiting on something)")
+    return (f"timed out: still running after {budget.limit_s:.0f} s (counted as CPU time, "
+            f"{cpu if cpu is not None else wall:.0f} s, and {wall:.0f} s on the clock)")
 
 
 def _streak_group(nodeid: str, problem: str) -> tuple[str, str, str]:

@@ -13,6 +13,12 @@ An error of the right type is not enough; it must be the refusal the input deser
   provided checker's messages (cs336_systems/flash_attention_inputs.py) all do. An unrelated
   error that happens to have the right type ("requires CUDA tensors", a failed autotune, an
   index error deep in a kernel) earns nothing;
+- it is the submission's own check (``own_check``): the statement that raised it is a ``raise``
+  in the submission's own files (``cs336_systems/``, ``adapters.py``), not an operation of torch
+  that failed on the malformed tensors ("shapes cannot be multiplied", "expected scalar type",
+  "dimension out of range" are torch's words, raised from inside a matmul, not a check), and it
+  was not raised while handling another error (catching torch's error and raising a new one
+  is not a check either). Judged from the traceback that comes back with the error;
 - for the Triton Function (under ``--isolate``, where the executor records launches), it comes
   before any of the submission's ``@triton.jit`` kernels is launched: check, then launch.
 """
@@ -23,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import re
+import traceback
 
 import pytest
 import torch
@@ -98,6 +105,55 @@ BAD_INPUTS = (
 )
 
 
+_FILE_LINE = re.compile(r'^\s*File "(?P<path>[^"]*)", line (?P<line>\d+)')
+_OWN_FILE = re.compile(r"(?:^|/)(?:cs336_systems/[^/]+(?:/[^/]+)*\.py|adapters\.py)$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_NOTE = "raised in the submission's process"
+
+
+def _raising_frame(error: BaseException) -> tuple[str, str, bool] | None:
+    """(file, source line, raised while handling another error) of the statement that raised
+    ``error``: from the submission's traceback that an error from the executor carries as a note,
+    else from the error's own traceback (the submission imported in this process). None if unknown."""
+    for note in getattr(error, "__notes__", ()) or ():
+        if _NOTE not in note:
+            continue
+        lines = note.splitlines()
+        chained = any(marker in note for marker in _CHAINED)
+        last = None
+        for index, line in enumerate(lines):
+            match = _FILE_LINE.match(line)
+            if match:
+                following = lines[index + 1].strip() if index + 1 < len(lines) else ""
+                last = (match["path"], following if not _FILE_LINE.match(following) else "")
+        return None if last is None else (*last, chained)
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    chained = error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__)
+    return frames[-1].filename, (frames[-1].line or "").strip(), chained
+
+
+def own_check(error: BaseException) -> str | None:
+    """None when ``error`` was raised by a check the submission wrote: a ``raise`` statement in its
+    own files, not while handling another error. Otherwise, why it does not count."""
+    frame = _raising_frame(error)
+    if frame is None:
+        return "where it was raised is unknown (no traceback came back with it)"
+    path, source, chained = frame
+    shown = path.rsplit("/submission/", 1)[-1]
+    if not _OWN_FILE.search(path.replace("\\", "/")):
+        return (f"it was raised inside {shown}, not by a check in your own files: the malformed tensors "
+                "reached an operation that failed on them")
+    if not source.startswith("raise"):
+        return (f"it was raised by `{source[:120]}` ({shown}), an operation that failed on the malformed "
+                "tensors, not by a `raise` of your own check")
+    if chained:
+        return (f"it was raised while handling another error ({shown}): the malformed tensors reached an "
+                "operation first, and its error was caught and replaced")
+    return None
+
+
 def _launches(function) -> list | None:
     """The kernel launches the executor holding ``function`` recorded so far in this test, or None
     when ``function`` runs in this process (plain ``pytest`` without ``--isolate``: not recorded)."""
@@ -141,6 +197,14 @@ def assert_rejects(function: type[torch.autograd.Function], bad: BadInput, *, tr
         raise  # a stub: let its message say which file and handout section to start from
     except ACCEPTED as error:
         message = str(error)
+        why_not = own_check(error)
+        if why_not is not None:
+            pytest.fail(
+                f"{call} raised {type(error).__name__}: {message[:300]}\nThat is not your own input check: "
+                f"{why_not}. Check the shapes, d and dtypes first thing in forward and raise ValueError or "
+                f"TypeError that names the problem ({bad.what}); "
+                "cs336_systems/flash_attention_inputs.py's check_flash_attention_inputs does."
+            )
         if not names_problem(message, bad.keywords):
             pytest.fail(
                 f"{call} raised {type(error).__name__}: {message[:500]}\nThat error does not name the problem "

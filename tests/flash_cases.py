@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from hypothesis import strategies as st
@@ -214,18 +216,48 @@ def saved_logsumexp(O: torch.Tensor, batch: int, n_queries: int, context: str) -
 
 
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device", re.IGNORECASE)
+_FROM_SUBMISSION = "raised in the submission's process"  # the note tests/executor/client.py's stand-ins carry
+_KIT_TESTS = str(Path(__file__).resolve().parent)
+
+
+def raised_by_submission(error: BaseException) -> bool:
+    """Whether ``error`` was raised by the submission's code (an ``assert`` of its own included),
+    not by a check of these tests: under ``--isolate`` it came back from the executor (its
+    stand-in carries the submission's traceback as a note); otherwise its innermost frame is
+    outside the kit's tests/ folder."""
+    if any(_FROM_SUBMISSION in note for note in getattr(error, "__notes__", ()) or ()):
+        return True
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and not frames[-1].filename.startswith(_KIT_TESTS)
+
+
+def _error_text(error: BaseException) -> str:
+    """The error's type, message, and the submission's traceback (its source lines show a bare
+    ``assert Q.is_cuda``, whose message is empty)."""
+    parts = [f"{type(error).__name__}: {error}", *(getattr(error, "__notes__", ()) or ())]
+    if not getattr(error, "__notes__", None):
+        parts += traceback.format_tb(error.__traceback__)
+    return "\n".join(parts)
 
 
 def explain_device_refusal(error: BaseException, device: str, call: str, *, triton: bool) -> None:
     """Raise an AssertionError that explains ``error`` when it looks like a Triton Function
-    refusing CPU tensors (a message about CUDA/device/GPU on a CPU runner); else do nothing."""
-    if not triton or device != "cpu" or isinstance(error, AssertionError):
+    refusing CPU tensors on a CPU runner: any error its own code raised (``assert Q.is_cuda``,
+    ValueError, RuntimeError...) whose message or traceback speaks of CUDA, GPU or device. An
+    AssertionError of the tests' own checks is left alone. Else do nothing."""
+    if not triton or device != "cpu" or isinstance(error, NotImplementedError):
         return
-    text = f"{type(error).__name__}: {error}"
-    if not _DEVICE_WORDS.search(text):
+    if isinstance(error, AssertionError) and not raised_by_submission(error):
         return
+    if not _DEVICE_WORDS.search(_error_text(error)):
+        return
+    first = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    if isinstance(error, AssertionError) and not str(error):
+        line = next((line.strip() for line in _error_text(error).splitlines()
+                     if line.strip().startswith("assert") and _DEVICE_WORDS.search(line)), "")
+        first = f"AssertionError from `{line}`" if line else first
     raise AssertionError(
-        f"{call} refused CPU tensors: {text.splitlines()[0][:300]}\n"
+        f"{call} refused CPU tensors: {first}\n"
         "This runner has no GPU, so the tests run your Triton kernels under Triton's interpreter "
         "(TRITON_INTERPRET=1), and the Triton Function receives CPU tensors. It must accept them "
         "(handout §2.4): call check_flash_attention_inputs(Q, K, V, is_causal, needs_triton=True) from "
@@ -248,7 +280,10 @@ def reporting(case: FlashCase, implementation: str, check: str, call: str):
         yield
     except ExecutorFailure as error:
         raise ExecutorFailure(f"{error}\n  while running {call} on {case}\n  rerun: {rerun}") from None
-    except AssertionError:
+    except AssertionError as error:
+        if raised_by_submission(error):  # the submission's own assert, e.g. ``assert Q.is_cuda``
+            explain_device_refusal(error, case.device, call, triton=implementation == "triton")
+            error.add_note(f"while running {call} on {case}; rerun: {rerun}")
         raise
     except Exception as error:  # noqa: BLE001  the submission's own error: say where it happened
         explain_device_refusal(error, case.device, call, triton=implementation == "triton")

@@ -11,6 +11,11 @@ A test that reaches one:
 - shows as ``N`` in the progress line and as "not implemented" in the final counts, and the
   stubs it reached are listed once each under "not implemented yet", in handout order.
 
+The same wrapper ends a Hypothesis test at the example during which the submission's process
+crashed or ran out of time (``ExecutorFailure``): every later example would fail at once ("not
+run: ... earlier in this test"), and Hypothesis would shrink to the smallest of them, a case the
+code may well get right. The failure names the example that was running, with its rerun command.
+
 The test still fails: pytest exits with status 1 and the grader scores it 0. Under
 ``--isolate`` the error comes back from the submission's process as a built-in
 NotImplementedError with the same message, and is shortened the same way.
@@ -29,6 +34,15 @@ STUB_MESSAGE = re.compile(
     r".*\(see handout/README\.md, (?P<section>§[^)]*)\)"
 )
 _PREFIX = "NotImplementedError: "
+
+
+class ExampleEndedRun(BaseException):
+    """Carries the ExecutorFailure of one example (a crash or a timeout) out of a Hypothesis
+    test without shrinking: the test fails with that example's own failure."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 class StubReached(BaseException):
@@ -60,6 +74,14 @@ def stub_error(error: BaseException | None) -> BaseException | None:
     return None
 
 
+def _executor_failure(error: BaseException) -> bool:
+    try:
+        from tests.executor.client import ExecutorFailure
+    except ImportError:  # a kit without the executor
+        return False
+    return isinstance(error, ExecutorFailure)
+
+
 def _stop_at_stub(inner_test):
     @functools.wraps(inner_test)
     def wrapped(*args, **kwargs):
@@ -69,6 +91,8 @@ def _stop_at_stub(inner_test):
             found = stub_error(error)
             if found is not None:
                 raise StubReached(found) from None
+            if _executor_failure(error):
+                raise ExampleEndedRun(error) from None
             raise
 
     wrapped._stops_at_stub = True
@@ -89,6 +113,8 @@ def pytest_pyfunc_call(pyfuncitem):
         return (yield)
     except StubReached as reached:
         raise reached.error from None  # the test fails with the stub's own error
+    except ExampleEndedRun as ended:
+        raise ended.error from None  # the example that crashed or timed out, not a shrunk one
 
 
 @pytest.hookimpl(wrapper=True)

@@ -3,8 +3,8 @@
 Staff only (never shipped). Read by autograder/hidden_tests/test_flash_*_hidden.py.
 
 Seeds: every hidden case draws its inputs from ``hidden_seed(label)``, a hash of the case's
-label and a secret. The secret is ``$CS336_HIDDEN_SEED`` when the grader sets it (set a new one
-each term), else a fixed constant that never leaves this directory. Students see the visible
+label and the course's secret (autograder/hidden_tests/secret.py: ``$CS336_HIDDEN_SEED`` when
+set, a new one each term, else a fixed constant that never leaves this directory). Students see the visible
 tests' seeds, never these.
 
 The checks here go beyond "is O close to the truth":
@@ -20,18 +20,23 @@ subtracted, and underflow the sum to 0 unless it starts at -inf) and ``check_sum
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
 
 import torch
 
+from autograder.hidden_tests.secret import course_secret
 from tests.assertions import assert_close, assert_meta
-from tests.flash_cases import FlashCase, compile_apply, reporting, saved_logsumexp, saved_tensors
+from tests.flash_cases import (
+    FlashCase,
+    compile_apply,
+    explain_device_refusal,
+    reporting,
+    saved_logsumexp,
+    saved_tensors,
+)
 from tests.flash_reference import attention_float64
 from tests.flash_tolerances import tolerance
 
-SEED_ENV = "CS336_HIDDEN_SEED"
-_DEFAULT_SECRET = "cs336-systems-flash-7f3a9c1e2b"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # On a GPU, torch.compile's default backend (inductor), as the leaderboard uses it. On a CPU,
 # "aot_eager": the same graph capture (dynamo) and autograd tracing, which is where a Function
@@ -41,7 +46,7 @@ COMPILE_BACKEND = "inductor" if torch.cuda.is_available() else "aot_eager"
 
 def hidden_seed(label: str) -> int:
     """A 31-bit seed for the case ``label``, unpredictable without the secret."""
-    secret = os.environ.get(SEED_ENV) or _DEFAULT_SECRET
+    secret = course_secret()
     digest = hashlib.sha256(f"{secret}/{label}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
@@ -176,10 +181,11 @@ def _eager_is_right(function, case: FlashCase, implementation: str, backward: bo
 
 
 class _naming_failures:
-    """Re-raise a crash or timeout of the submission's process (ExecutorFailure) with ``context``."""
+    """Re-raise a crash or timeout of the submission's process (ExecutorFailure) with ``context``;
+    explain a Triton Function's refusal of CPU tensors as every other test does (handout §2.4)."""
 
-    def __init__(self, context: str):
-        self.context = context
+    def __init__(self, context: str, implementation: str = "pytorch", device: str = DEVICE):
+        self.context, self.implementation, self.device = context, implementation, device
 
     def __enter__(self):
         return self
@@ -189,6 +195,9 @@ class _naming_failures:
 
         if isinstance(error, ExecutorFailure):
             raise ExecutorFailure(f"{error}\n  while running {self.context}") from None
+        if isinstance(error, Exception):
+            explain_device_refusal(error, self.device, self.context.split(" with ", 1)[0],
+                                   triton=self.implementation == "triton")
         return False
 
 
@@ -221,14 +230,14 @@ def check_large_logits(function: type[torch.autograd.Function], implementation: 
         "(autograder/hidden_tests/flash_hidden_checks.py)"
     )
     Q, K, V = large_logit_inputs(batch, n, d, torch.float32, seed, device)
-    with _naming_failures(context):
+    with _naming_failures(context, implementation, device):
         O = function.apply(Q, K, V, is_causal)
     dO = torch.randn(O.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device) if backward else None
     truth = attention_float64(Q, K, V, is_causal, dO)
     loose = {key: 10 * value for key, value in tolerance(torch.float32, "O", implementation).items()}
     assert_close(O, truth.O, **loose, what="O", context=context)
     if backward:
-        with _naming_failures(context + ", backward"):
+        with _naming_failures(context + ", backward", implementation, device):
             grads = torch.autograd.grad(O, (Q, K, V), dO)
         for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
             loose = {key: 10 * value for key, value in tolerance(torch.float32, name, implementation).items()}

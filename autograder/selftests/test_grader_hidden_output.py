@@ -82,7 +82,7 @@ def _check_clean(text: str, seeds: set[int], secret: str) -> None:
     assert not numbers & seeds, f"hidden seeds shown: {sorted(numbers & seeds)}"
     assert re.search(r"seed\W{0,3}\d", text, re.IGNORECASE) is None, "a seed's digits are shown"
     assert secret not in text
-    from autograder.hidden_tests.flash_hidden_checks import _DEFAULT_SECRET
+    from autograder.hidden_tests.secret import DEFAULT_SECRET as _DEFAULT_SECRET
 
     assert _DEFAULT_SECRET not in text
     leaked = [line for line in _never_shown() if json.dumps(line)[1:-1] in text or line in text]
@@ -128,7 +128,7 @@ def _assert_close_message(monkeypatch) -> str:
 def test_a_leaking_message_is_redacted_and_keeps_the_error(monkeypatch):
     """A message that carries the secret, seeds, labels, docstrings, source and a traceback
     (what a submission running in the harness's process could have gathered)."""
-    from autograder.hidden_tests import flash_hidden_checks
+    from autograder.hidden_tests import flash_hidden_checks, secret
     from autograder.hidden_tests.flash_hidden_checks import hidden_seed
 
     seeds = _seeds(monkeypatch, SECRET)
@@ -136,7 +136,7 @@ def test_a_leaking_message_is_redacted_and_keeps_the_error(monkeypatch):
     module = ast.parse(source)
     leak = "\n".join([
         _assert_close_message(monkeypatch),
-        f"LOOT secret={SECRET} default={flash_hidden_checks._DEFAULT_SECRET}",
+        f"LOOT secret={SECRET} default={secret.DEFAULT_SECRET}",
         f"labels: fp-b fp-large-True b-causal-triton; seeds {hidden_seed('fp-b')} and {hidden_seed('fp-saved') + 1}",
         f"docstring: {ast.get_docstring(module)}",
         f"checks: {flash_hidden_checks.__doc__}",

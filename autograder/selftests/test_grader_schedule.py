@@ -155,7 +155,7 @@ def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_p
 def test_default_jobs(monkeypatch, gpu, cpus, memory_gib, expected):
     monkeypatch.setattr(grade_module, "_gpu_runner", lambda: gpu)
     monkeypatch.setattr(grade_module, "_gpu_memory_gib", lambda: memory_gib)
-    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(grade_module, "usable_cpus", lambda: cpus)
     assert grade_module._default_jobs() == expected
 
 

@@ -27,6 +27,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from typing import Any
 
 import torch
 
+from .cpu_clock import WALL_FACTOR, Budget
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
 RUNTIME_PACKAGE = "cs336_executor"
@@ -86,7 +88,9 @@ class ExecutorSettings:
     place); ``workdir``: a folder for the executor's copy, home, caches and log (created);
     ``uid``/``gid``: the user it runs as (None: this process's user); ``limits``: rlimits
     (``as_bytes``, ``cpu_s``, ``fsize_bytes``, ``nproc``; None leaves one unset);
-    ``test_timeout_s``: how long one test may wait on it in all.
+    ``test_timeout_s``: how long one test may keep it busy in all, counted as the smaller of wall
+    and CPU time (``cpu_clock.Budget``); ``wall_timeout_s``: the wall-clock backstop for a test
+    whose code waits on nothing (None: ``WALL_FACTOR`` times ``test_timeout_s``).
     """
 
     submission: Path
@@ -96,6 +100,7 @@ class ExecutorSettings:
     limits: dict[str, int | None] = field(default_factory=dict)
     test_timeout_s: float | None = None
     python: str = sys.executable
+    wall_timeout_s: float | None = None
     transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy (provenance.py)
     require_netns: bool = False  # refuse to run where the executor cannot get a network namespace
 
@@ -140,7 +145,11 @@ class Executor:
         self.process: subprocess.Popen | None = None
         self.generation = 0
         self.failure: str | None = None  # why the executor failed during the current test
-        self.deadline: float | None = None
+        self.deadline: float | None = None  # the wall-clock backstop of the current test
+        self.budget: Budget | None = None  # the current test's time (cpu_clock.Budget)
+        self.fresh_after_test = False  # Triton failed in this test: the next test gets a new process
+        self._stopped_for_freshness = False
+        self._caches_suspect = False
         self.launches: list[tuple[str, str]] = []
         self._to, self._from = -1, -1
         self._callbacks: dict[int, Any] = {}
@@ -222,13 +231,18 @@ class Executor:
         if not isinstance(reply, dict) or "ok" not in reply:
             raise self._fail("the process for the submission did not start (no greeting)")
         self.greeting = reply["ok"] if isinstance(reply["ok"], dict) else {}
-        if self.deadline is not None:
-            self.deadline += time.monotonic() - began
+        if self.budget is not None:  # start-up is never charged to a test
+            self.budget.exclude(time.monotonic() - began)
+            self.budget.rebase()
+            self.deadline = self.budget.wall_deadline()
 
     def _spawn(self) -> None:
         if not self._prepared:
             self._prepare()
         work = self.settings.workdir
+        if self._caches_suspect:
+            self._caches_suspect = False
+            wipe_compile_caches(work / "cache")
         to_read, self._to = os.pipe()
         self._from, from_write = os.pipe()
         log = open(os.open(work / "executor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
@@ -288,6 +302,7 @@ class Executor:
         if tail:
             message += "; its last output:\n" + tail
         self.failure = message
+        self._caches_suspect = True  # it may have died while writing a compiled kernel
         return ExecutorFailure(message)
 
     def _describe_exit(self, status: int) -> str:
@@ -322,17 +337,31 @@ class Executor:
         self.launches = []
         self._sent_max = 0
         timeout = self.settings.test_timeout_s
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.budget = None
+        if timeout is not None:
+            wall = self.settings.wall_timeout_s or WALL_FACTOR * timeout
+            self.budget = Budget(timeout, wall, lambda: self.process.pid if self.process is not None else None)
+        self.deadline = None if self.budget is None else self.budget.wall_deadline()
 
     def end_test(self) -> None:
-        """Called after each test (in its teardown)."""
+        """Called after each test (in its teardown). After a test in which Triton raised, the
+        executor is stopped: Triton's interpreter patches ``triton.language`` for the whole process
+        while a kernel runs, and a failure can leave the patches behind (later tests then fail with
+        errors such as "zeros() takes 1 positional argument but 1 was given"), so the next test
+        gets a fresh process (started between tests, never charged to a test)."""
         self.deadline = None
+        self.budget = None
+        if self.fresh_after_test:
+            self.fresh_after_test = False
+            self.stop()
+            self._stopped_for_freshness = True
 
     def restart_if_failed(self) -> None:
         """When the executor failed, start the next one now. The grader's plugin calls this after a
         test's verdict is sent, so that no test's time limit pays for the start-up; otherwise the
         next call starts it (and its start-up is not charged to that test's budget either)."""
-        if self.failure is not None and self.process is None:
+        fresh, self._stopped_for_freshness = self._stopped_for_freshness, False
+        if (self.failure is not None or fresh) and self.process is None:
             try:
                 self.start()
             except ExecutorFailure:
@@ -391,8 +420,8 @@ class Executor:
         """Send ``message`` (values already encoded), serve callbacks, return the decoded reply."""
         if self.failure is not None:
             raise ExecutorFailure(f"not run: {self.failure.splitlines()[0]} (earlier in this test)")
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise self._fail(f"timed out: the submission was still running after {self.settings.test_timeout_s:.0f} s")
+        if self.budget is not None and self.budget.expired():
+            raise self._fail(self._timeout_message())
         self.start()
         message["release"] = {"handles": self._released_handles[:], "graphs": self._released_graphs[:]}
         self._released_handles.clear()
@@ -401,6 +430,7 @@ class Executor:
             self._sent_max = max(self._sent_max, send_frame(self._to, message))
             limit = reply_limit(self._sent_max)
             while True:
+                self._await_reply()
                 reply = recv_frame(self._from, self._wait_until(), limit)
                 if not isinstance(reply, dict):
                     raise ProtocolError("a reply that is not a dict")
@@ -411,8 +441,7 @@ class Executor:
         except (Closed, BrokenPipeError):
             raise self._fail("the process running the submission died", died=True) from None
         except TimedOut:
-            raise self._fail(f"timed out: the submission was still running after "
-                             f"{self.settings.test_timeout_s:.0f} s" if self.deadline else
+            raise self._fail(self._timeout_message() if self.budget is not None else
                              "timed out: the submission's process did not start") from None
         except ProtocolError as error:
             raise self._fail(f"the process running the submission sent a malformed reply ({error})") from None
@@ -422,6 +451,8 @@ class Executor:
             raise self._fail("the process running the submission sent a malformed launch record")
         self.launches += [tuple(x) for x in launches]
         if "error" in reply:
+            if _triton_failure(reply["error"]):
+                self.fresh_after_test = True
             raise _stand_in(reply["error"], self.settings.limits)
         self._tag = tag
         try:
@@ -444,9 +475,29 @@ class Executor:
     _tag: str | None = None
 
     def _wait_until(self) -> float:
-        if self.deadline is not None:
-            return self.deadline
+        if self.budget is not None:
+            return self.budget.wall_deadline()
         return time.monotonic() + _START_TIMEOUT_S * 10
+
+    def _await_reply(self) -> None:
+        """Return once the executor has started to answer; raise TimedOut when the test's budget
+        (CPU time, or the wall-clock backstop) runs out first. Checked about once a second."""
+        while self.budget is not None:
+            if self.budget.expired():
+                raise TimedOut("the test's time ran out")
+            left = self.budget.wall_deadline() - time.monotonic()
+            if select.select([self._from], [], [], max(0.0, min(1.0, left)))[0]:
+                return
+
+    def _timeout_message(self) -> str:
+        budget = self.budget
+        wall, cpu = budget.wall(), budget.cpu()
+        if wall >= budget.wall_limit_s and (cpu is None or cpu < budget.limit_s):
+            return (f"timed out: the submission was still running after {wall:.0f} s on the clock, the most any "
+                    f"test may wait (it used {cpu if cpu is not None else wall:.0f} s of CPU time: it was waiting "
+                    "on something, such as a lock, a sleep, a pipe or a process that never answers)")
+        return (f"timed out: the submission was still running after {budget.limit_s:.0f} s "
+                f"(counted as CPU time, {cpu if cpu is not None else wall:.0f} s, and {wall:.0f} s on the clock)")
 
     def _serve_callback(self, message: dict) -> None:
         callback = self._callbacks.get(message.get("callback"))
@@ -526,8 +577,9 @@ class Executor:
             verdict = provenance.prove(self, stripped_settings, device)
         finally:
             self.launches, self._tag = saved[0], saved[1]
-            if self.deadline is not None:
-                self.deadline += time.monotonic() - began  # the check is the grader's cost, not the test's
+            if self.budget is not None:  # the check is the grader's cost, not the test's
+                self.budget.exclude(time.monotonic() - began)
+                self.deadline = self.budget.wall_deadline()
         if self.failure is not None and saved[2] is None:
             self.failure = None  # the executor died during the check; the next call restarts it
         self._provenance = verdict
@@ -586,6 +638,29 @@ def _holds_tensor(value: Any) -> bool:
     if isinstance(value, dict):
         return any(_holds_tensor(v) for v in value.values())
     return False
+
+
+COMPILE_CACHES = ("inductor", "triton", "torch")
+
+
+def wipe_compile_caches(cache: Path) -> None:
+    """Empty the torch.compile and Triton caches under ``cache``. Called before an executor starts
+    in place of one that was killed or died: a process killed while compiling can leave a
+    half-written file there (inductor writes its shared libraries in place), which the next one
+    would load ("file too short"). The next process recompiles instead."""
+    for name in COMPILE_CACHES:
+        shutil.rmtree(cache / name, ignore_errors=True)
+
+
+def _triton_failure(error: Any) -> bool:
+    """Whether an error the submission raised went through Triton (its traceback names a file of
+    the triton package, or a Triton error class): the process may be left in a state that
+    breaks later tests (see ``Executor.end_test``)."""
+    if not isinstance(error, dict):
+        return False
+    trace = str(error.get("traceback", ""))
+    kind = str(error.get("type", ""))
+    return kind.startswith("triton.") or "/triton/" in trace or "InterpreterError" in trace
 
 
 def _stand_in(error: Any, limits: dict[str, int | None] | None = None) -> BaseException:
