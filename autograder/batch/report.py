@@ -8,6 +8,11 @@ matches rows by Email or SID and reads the column you pick (``Total Score``); th
 are ignored. A submission whose grade failed has empty point cells, so an upload never records
 a 0 the student did not earn.
 
+Names, SIDs and emails come from the export, which students fill in: a cell that a spreadsheet
+would run as a formula (one that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return) is written with a leading ``'`` (``spreadsheet_safe``), in this CSV and any other the
+batch writes.
+
 ``histogram.md`` / ``histogram.png``: per problem (and the total) the count of students per
 tenth of its points, with mean, median and how many earned every point.
 """
@@ -21,6 +26,7 @@ from pathlib import Path
 from autograder.manifest import Manifest
 
 BINS = 10
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def problem_scores(results: dict) -> dict[str, float]:
@@ -41,12 +47,17 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
     return path
 
 
+def spreadsheet_safe(text: str) -> str:
+    """``text`` as a CSV cell no spreadsheet runs: a leading ``'`` when it starts like a formula."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def _cell(value) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
-    return str(value)
+    return spreadsheet_safe(str(value))
 
 
 def _bars(values: list[float], top: float) -> list[int]:
