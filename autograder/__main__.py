@@ -1,9 +1,9 @@
-"""Command line of the staff tools: ``python -m autograder {grade,bundle,release} ...``.
+"""Command line of the staff tools: ``python -m autograder {grade,batch,bundle,release} ...``.
 
     python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
     python -m autograder bundle [--out dist/gradescope_autograder.zip]
     python -m autograder release [--out dist/student]
-    python -m autograder batch EXPORT --out DIR [--executor local|slurm] [--gpus auto] [--jobs N] [--dry-run]
+    python -m autograder batch EXPORT --out DIR [--executor local|slurm] [--gpus auto] [--jobs N] [--dry-run] [--partial]
 
 SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes. ``grade`` always writes DIR/results.json (Gradescope's format) and
@@ -106,7 +106,7 @@ def _batch(args: argparse.Namespace) -> int:
         gpus_per_job=args.gpus_per_job, jobs=args.jobs,
         problems=[name for name in args.problems.split(",") if name] if args.problems else None,
         grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout, slurm=slurm,
-        dry_run=args.dry_run)
+        dry_run=args.dry_run, partial=args.partial)
     try:
         return grade_batch(options)
     except (ExportError, SlotError) as error:
@@ -191,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                             "2 grades part 2's NCCL tests, which one GPU leaves 'not graded' (default 1)")
     batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
     batch.add_argument("--timeout", type=float, help="--timeout of each grade")
+    batch.add_argument("--partial", action="store_true",
+                       help="write scores.csv even when this runner could not grade every point (GPU tests on a "
+                            "CPU: its Ungraded Points column says how many); without it such a batch writes no CSV "
+                            "and exits 3")
     batch.set_defaults(run=_batch)
 
     args = parser.parse_args(argv)

@@ -388,7 +388,8 @@ def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: st
 
 
 def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time: float, output: str,
-                 leaderboard: list | None = None, gpus_present: int | None = None) -> dict:
+                 leaderboard: list | None = None, gpus_present: int | None = None,
+                 no_test_ran: str | None = None) -> dict:
     """The Gradescope results dict: score, execution_time, output, tests[], extra_data (and leaderboard).
 
     Tests that need a GPU on a runner without one (or more GPUs than ``gpus_present``, the
@@ -396,7 +397,9 @@ def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time:
     score is what this runner could grade), and the top of ``output`` names their problems and
     points. Hidden tests get the manifest's
     ``hidden_visibility`` (Gradescope's ``after_published`` by default), and ``output`` says how
-    many there are and when they show. ``extra_data`` holds the per-problem points.
+    many there are and when they show. ``extra_data`` holds the per-problem points, and
+    ``no_test_ran``: why no test could grade the submission (a corrupt zip, no adapters.py), which
+    the batch grader lists apart from graded work.
     """
     hidden = hidden_text()
     visibility = manifest.settings.hidden_visibility
@@ -423,6 +426,7 @@ def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time:
             "gpu_later_points": _rounded(sum(test.max_score for test in pending)),
             "hidden_tests": sum(test.suite == "hidden" for test in graded),
             "hidden_visibility": visibility,
+            **({"no_test_ran": no_test_ran} if no_test_ran else {}),
         },
     }
     if leaderboard:
