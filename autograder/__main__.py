@@ -70,10 +70,19 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from autograder.bundle import build_bundle
+    import os
 
-    path = build_bundle(Path(args.out))
+    from autograder.bundle import SEED_FILE, BundleError, build_bundle
+
+    secret = args.secret if args.secret is not None else os.environ.get("CS336_HIDDEN_SEED")
+    try:
+        path = build_bundle(Path(args.out), secret=secret)
+    except BundleError as error:
+        raise SystemExit(f"bundle: {error}")
     print(f"bundle: wrote {path} ({path.stat().st_size / 1e6:.2f} MB); upload it as the Gradescope autograder")
+    how = "the one you chose" if secret is not None else "a fresh random one"
+    print(f"bundle: hidden seed: {how}, in {SEED_FILE} (root only on the runner). To grade the GPU half with the "
+          f"same hidden cases, read it back with: unzip -p {path} {SEED_FILE}")
     return 0
 
 
@@ -173,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     bundle = commands.add_parser("bundle", help="build the Gradescope autograder zip")
     bundle.add_argument("--out", default="dist/gradescope_autograder.zip")
+    bundle.add_argument("--secret", default=None,
+                        help="the course's hidden seed to embed (at least 6 characters; default: $CS336_HIDDEN_SEED, "
+                             "else a fresh random one)")
     bundle.set_defaults(run=_bundle)
 
     release = commands.add_parser("release", help="build the student release tree")

@@ -287,6 +287,25 @@ def shown_nodeid(nodeid: str, suite: str, hidden: HiddenText) -> str:
     return nodeid if plain else f"{base}[{HIDDEN}]"
 
 
+def slowest_line(runs, manifest: Manifest, count: int = 5) -> str | None:
+    """The output's "Slowest tests" line, or None when no test took a second. A student sees this
+    line at once, before any hidden test is published, so a hidden test is named only by its
+    problem ("a hidden test of flash_backward"), never by its file, name or parameters."""
+    slowest = sorted(((outcome, run.name) for run in runs for outcome in run.outcomes.values()),
+                     key=lambda pair: -pair[0].duration)[:count]
+    if not slowest or slowest[0][0].duration < 1.0:
+        return None
+    shown = []
+    for outcome, suite in slowest:
+        if suite.startswith("hidden"):
+            problem = manifest.problem_of_file(outcome.nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+            name = f"a hidden test of {problem.name if problem else 'a problem'}"
+        else:
+            name = outcome.nodeid.rsplit("/", 1)[-1]
+        shown.append(f"{name} {outcome.duration:.1f} s")
+    return "Slowest tests: " + "; ".join(shown)
+
+
 def _rounded(value: float) -> float:
     return math.floor(value * 10_000 + 0.5) / 10_000
 
