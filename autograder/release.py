@@ -47,7 +47,9 @@ class ReleaseError(RuntimeError):
 
 
 def student_pyproject(text: str) -> str:
-    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only, and short tracebacks."""
+    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only, short tracebacks,
+    and no staff-only dependency (a line marked ``# staff:``)."""
+    text = re.sub(r"(?m)^[^\n#]*# staff:[^\n]*\n", "", text)
     new, count = re.subn(r"(?m)^(#[^\n]*\n)*testpaths\s*=\s*\[[^\]]*\]",
                          '# Plain `pytest` runs the visible tests.\ntestpaths = ["tests"]', text)
     if count != 1:

@@ -89,6 +89,11 @@ def visible_points(kit: Path = KIT) -> dict:
     return table
 
 
+def _number(value: float) -> str:
+    """A TOML float to the grader's 4 decimals, without float noise (1.9644, not 1.9643999999999997)."""
+    return repr(round(float(value), 4))
+
+
 def _string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # a TOML basic string for these names
 
@@ -104,11 +109,11 @@ def points_toml(table: dict) -> str:
     ]
     for name, problem in table["problems"].items():
         lines += [f"[problems.{name}]", f"section = {_string(problem['section'])}",
-                  f"points = {float(problem['points'])!r}", f"visible_points = {float(problem['visible_points'])!r}", ""]
+                  f"points = {_number(problem['points'])}", f"visible_points = {_number(problem['visible_points'])}", ""]
     lines.append("[tests]")
     for key, test in table["tests"].items():
         lines.append(f"{_string(key)} = {{ problem = {_string(test['problem'])}, "
-                     f"points = {float(test['points'])!r}, gpu = {'true' if test['gpu'] else 'false'} }}")
+                     f"points = {_number(test['points'])}, gpu = {'true' if test['gpu'] else 'false'} }}")
     return "\n".join(lines) + "\n"
 
 

@@ -76,7 +76,7 @@ def write_histograms(out: Path, scores: dict[str, list[float]], tops: dict[str, 
     lines = ["# Scores per problem", "",
              f"{len(scores.get('Total Score', []))} graded submissions; the bars count submissions per tenth of each "
              "problem's points.", "",
-             "| problem | points | mean | median | full marks | students per tenth of the points (0 ... full) |",
+             "| problem | points | mean | median | full marks | submissions per tenth of the points (0 ... full) |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]
     for name, values in scores.items():
         top = tops[name]
@@ -93,6 +93,7 @@ def write_histograms(out: Path, scores: dict[str, list[float]], tops: dict[str, 
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return markdown, None
     names = [name for name, values in scores.items() if values]
@@ -106,7 +107,8 @@ def write_histograms(out: Path, scores: dict[str, list[float]], tops: dict[str, 
         axis.hist(scores[name], bins=BINS, range=(0, top if top > 0 else 1), color="#4c72b0", edgecolor="white")
         axis.set_title(f"{name} (of {top:g})", fontsize=9)
         axis.set_xlabel("points", fontsize=8)
-        axis.set_ylabel("students", fontsize=8)
+        axis.set_ylabel("submissions", fontsize=8)
+        axis.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no fractional ticks
     figure.tight_layout()
     png = out / "histogram.png"
     figure.savefig(png, dpi=110)
