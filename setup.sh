@@ -4,21 +4,38 @@
 #   bash setup.sh            # first run: creates .venv (about 2 minutes on a CPU machine)
 #   bash setup.sh            # later runs reuse .venv and only re-grade
 #
-# On a machine without an NVIDIA GPU the CPU stack in constraints-cpu.txt is pinned.
+# On a machine without an NVIDIA GPU the CPU stack in constraints-cpu.txt is pinned; with one,
+# the tested GPU stack in constraints-gpu.txt. CS336_CONSTRAINTS=FILE picks another (none: no pins).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-    echo "[setup] creating .venv with $($PYTHON --version)"
+    if ! "$PYTHON" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then
+        echo "[setup] cannot use PYTHON=$PYTHON: it does not run, is older than 3.11 or lacks venv" \
+             "(install python3 >= 3.11 with venv, or set PYTHON to one)" >&2
+        exit 1
+    fi
+    echo "[setup] creating .venv with $("$PYTHON" --version)"
     "$PYTHON" -m venv .venv
 fi
 if ! .venv/bin/python -c "import torch, triton, einops, jaxtyping, hypothesis, pytest, matplotlib" 2>/dev/null; then
-    constraints=()
-    if ! command -v nvidia-smi >/dev/null 2>&1; then
-        constraints=(-c constraints-cpu.txt)
-        echo "[setup] no NVIDIA GPU found: installing the CPU stack pinned in constraints-cpu.txt"
+    if [ -n "${CS336_CONSTRAINTS:-}" ]; then
+        pins=$CS336_CONSTRAINTS
+    elif command -v nvidia-smi >/dev/null 2>&1; then
+        pins=constraints-gpu.txt
+    else
+        pins=constraints-cpu.txt
     fi
+    constraints=()
+    if [ "$pins" != none ]; then
+        if [ ! -r "$pins" ]; then
+            echo "[setup] CS336_CONSTRAINTS=$pins: no such file (give a pip constraints file, or none)" >&2
+            exit 1
+        fi
+        constraints=(-c "$pins")
+    fi
+    echo "[setup] installing with pins from ${pins}"
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e . "${constraints[@]}"
 fi
 echo "[setup] installed: $(.venv/bin/python -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}")')"

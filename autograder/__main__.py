@@ -1,9 +1,9 @@
-"""Command line of the staff tools: ``python -m autograder {grade,bundle,release} ...``.
+"""Command line of the staff tools: ``python -m autograder {grade,batch,bundle,release} ...``.
 
     python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
     python -m autograder bundle [--out dist/gradescope_autograder.zip]
     python -m autograder release [--out dist/student]
-    python -m autograder batch EXPORT --out DIR [--executor local|slurm] [--gpus auto] [--jobs N] [--dry-run]
+    python -m autograder batch EXPORT --out DIR [--executor local|slurm] [--gpus auto] [--jobs N] [--dry-run] [--partial]
 
 SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes. ``grade`` always writes DIR/results.json (Gradescope's format) and
@@ -70,10 +70,19 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from autograder.bundle import build_bundle
+    import os
 
-    path = build_bundle(Path(args.out))
+    from autograder.bundle import SEED_FILE, BundleError, build_bundle
+
+    secret = args.secret if args.secret is not None else os.environ.get("CS336_HIDDEN_SEED")
+    try:
+        path = build_bundle(Path(args.out), secret=secret)
+    except BundleError as error:
+        raise SystemExit(f"bundle: {error}")
     print(f"bundle: wrote {path} ({path.stat().st_size / 1e6:.2f} MB); upload it as the Gradescope autograder")
+    how = "the one you chose" if secret is not None else "a fresh random one"
+    print(f"bundle: hidden seed: {how}, in {SEED_FILE} (root only on the runner). To grade the GPU half with the "
+          f"same hidden cases, read it back with: unzip -p {path} {SEED_FILE}")
     return 0
 
 
@@ -106,7 +115,7 @@ def _batch(args: argparse.Namespace) -> int:
         gpus_per_job=args.gpus_per_job, jobs=args.jobs,
         problems=[name for name in args.problems.split(",") if name] if args.problems else None,
         grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout, slurm=slurm,
-        dry_run=args.dry_run)
+        dry_run=args.dry_run, partial=args.partial)
     try:
         return grade_batch(options)
     except (ExportError, SlotError) as error:
@@ -173,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     bundle = commands.add_parser("bundle", help="build the Gradescope autograder zip")
     bundle.add_argument("--out", default="dist/gradescope_autograder.zip")
+    bundle.add_argument("--secret", default=None,
+                        help="the course's hidden seed to embed (at least 6 characters; default: $CS336_HIDDEN_SEED, "
+                             "else a fresh random one)")
     bundle.set_defaults(run=_bundle)
 
     release = commands.add_parser("release", help="build the student release tree")
@@ -191,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                             "2 grades part 2's NCCL tests, which one GPU leaves 'not graded' (default 1)")
     batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
     batch.add_argument("--timeout", type=float, help="--timeout of each grade")
+    batch.add_argument("--partial", action="store_true",
+                       help="write scores.csv even when this runner could not grade every point (GPU tests on a "
+                            "CPU: its Ungraded Points column says how many); without it such a batch writes no CSV "
+                            "and exits 3")
     batch.set_defaults(run=_batch)
 
     args = parser.parse_args(argv)

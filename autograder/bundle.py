@@ -5,21 +5,34 @@ Gradescope's ``setup.sh`` and ``run_autograder`` (from autograder/gradescope/) a
 under ``kit/``: everything the grader needs, the hidden tests and the reference included, and
 nothing local (no .git, .venv, caches, results, dist, leaderboard). Gradescope unpacks it into
 /autograder/source, runs setup.sh once to build the image, and run_autograder per submission.
+
+The bundle embeds the course's hidden seed as ``kit/autograder/hidden_seed``: the one staff
+choose (``--secret``, or ``$CS336_HIDDEN_SEED``), else a fresh random one made at bundle time.
+Gradescope passes no environment to run_autograder, which reads the file (root only after
+setup.sh's lock_down.sh) and exports it as ``CS336_HIDDEN_SEED``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import zipfile
 from pathlib import Path
 
 KIT = Path(__file__).resolve().parent.parent
 GRADESCOPE = Path(__file__).resolve().parent / "gradescope"
-LEFT_OUT_DIRS = {".git", ".venv", ".ci", "dist", "results", "leaderboard", "__pycache__", ".pytest_cache",
+LEFT_OUT_DIRS = {".git", ".venv", ".ci", "dist", "results", "leaderboard", "gpu_checks", "benchmarks", "selftests",
+                 "peer_checks", "__pycache__", ".pytest_cache",
                  ".hypothesis", ".whl", ".gl", "build"}
 LEFT_OUT_SUFFIXES = (".pyc", ".egg-info", ".zip", ".nsys-rep", ".pickle", ".pt")
 MAX_FILE_BYTES = 5 * 1024 * 1024
+SEED_FILE = "kit/autograder/hidden_seed"
+MIN_SECRET_CHARS = 6
+
+
+class BundleError(ValueError):
+    """The bundle cannot be built as asked (a secret too short); the message says what to change."""
 
 
 def kit_files(kit: Path = KIT) -> list[Path]:
@@ -47,13 +60,22 @@ def _add(archive: zipfile.ZipFile, source: Path, name: str) -> None:
     archive.writestr(info, source.read_bytes())
 
 
-def build_bundle(out: Path, *, kit: Path = KIT) -> Path:
-    """Write the Gradescope autograder zip to ``out``; return its path."""
+def build_bundle(out: Path, *, kit: Path = KIT, secret: str | None = None) -> Path:
+    """Write the Gradescope autograder zip to ``out``; return its path. ``secret``: the hidden seed
+    to embed (default: a fresh random one); BundleError when shorter than MIN_SECRET_CHARS."""
     out = Path(out)
+    if secret is not None and len(secret.strip()) < MIN_SECRET_CHARS:
+        raise BundleError(f"the hidden seed must have at least {MIN_SECRET_CHARS} characters; got {len(secret.strip())}")
+    seed = secret.strip() if secret is not None else secrets.token_urlsafe(24)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as archive:
         for name in ("setup.sh", "run_autograder"):
             _add(archive, GRADESCOPE / name, name)
         for relative in kit_files(kit):
+            if relative.as_posix() == "autograder/hidden_seed":
+                continue  # a local copy never travels; the bundle's own is written below
             _add(archive, kit / relative, f"kit/{relative.as_posix()}")
+        info = zipfile.ZipInfo(SEED_FILE, date_time=(2020, 1, 1, 0, 0, 0))
+        info.external_attr = (0o600 | stat.S_IFREG) << 16
+        archive.writestr(info, seed + "\n")
     return out

@@ -41,6 +41,7 @@ from autograder.results import (
     rejected_tests,
     results_json,
     shown_nodeid,
+    slowest_line,
     write_results,
 )
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
@@ -467,14 +468,12 @@ def grade(options: GradeOptions) -> GradeReport:
         lines.append(f"The test process was restarted {restarts} time(s) after a crash, hang or tampering; "
                      "see the failed tests' messages.")
     lines += notes
-    slowest = sorted(((o, run.name) for run in merged for o in run.outcomes.values()),
-                     key=lambda pair: -pair[0].duration)[:5]
-    if slowest and slowest[0][0].duration >= 1.0:
-        shown = [(shown_nodeid(o.nodeid, suite, hidden_text()).rsplit("/", 1)[-1], o.duration) for o, suite in slowest]
-        lines.append("Slowest tests: " + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in shown))
+    slowest = slowest_line(merged, manifest)  # no hidden test named: students see it before publication
+    if slowest:
+        lines.append(slowest)
     output = "\n".join(lines)
     results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard,
-                           gpus_present=gpus)
+                           gpus_present=gpus, no_test_ran=_no_test_ran(sandbox, notes))
     path = None
     if options.out is not None:
         path = options.out / "results.json"
@@ -498,7 +497,8 @@ def _rejected(options: GradeOptions, manifest: Manifest, problems, error: Submis
     table = format_table(tests, problems)
     seconds = time.monotonic() - started
     results = results_json(tests, manifest, execution_time=seconds,
-                           output=f"No test was run: {message}\n\n{table}", leaderboard=options.leaderboard)
+                           output=f"No test was run: {message}\n\n{table}", leaderboard=options.leaderboard,
+                           no_test_ran=message)
     path = None
     if options.out is not None:
         path = options.out / "results.json"
@@ -509,6 +509,16 @@ def _rejected(options: GradeOptions, manifest: Manifest, problems, error: Submis
         if path:
             print(f"results: {path}")
     return GradeReport(results, table, tests, [], error.report, seconds, path, 0, None)
+
+
+def _no_test_ran(sandbox, notes: list[str]) -> str | None:
+    """Why no test could grade this submission (its tests all ran, and all failed for it), or None."""
+    missing = [note for note in notes if note.startswith("no submission found")]
+    if missing:
+        return missing[0]
+    if sandbox is not None and sandbox.no_adapters:
+        return "the submission has no adapters.py at its top level: every test failed importing it"
+    return None
 
 
 _ZYGOTES: dict[tuple, Zygote] = {}

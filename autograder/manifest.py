@@ -43,6 +43,8 @@ class GradingSettings:
 
     test_timeout_s: float = 120.0
     total_timeout_s: float = 1500.0
+    runner_timeout_s: int = 600  # read by autograder/gradescope/run_autograder (see the manifest)
+    runner_margin_s: int = 60
     crash_streak_limit: int = 3
     restart_limit: int = 25
     hidden_visibility: str = "after_published"

@@ -21,7 +21,8 @@ from autograder.student_points import POINTS_FILE, points_toml, visible_points
 
 KIT = Path(__file__).resolve().parent.parent
 STUDENT_README = Path(__file__).resolve().parent / "student_readme.md"
-RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "make_submission.sh", "cs336_systems", "tests",
+RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "constraints-gpu.txt", "make_submission.sh",
+            "cs336_systems", "tests",
             "handout")
 NEVER_RELEASED = ("reference", "autograder", "leaderboard", ".git", ".venv", ".ci")
 SETUP_CUT_MARKER = "# --- kit only below"
@@ -46,7 +47,9 @@ class ReleaseError(RuntimeError):
 
 
 def student_pyproject(text: str) -> str:
-    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only, and short tracebacks."""
+    """The kit's pyproject.toml with pytest's testpaths set to the visible tests only, short tracebacks,
+    and no staff-only dependency (a line marked ``# staff:``)."""
+    text = re.sub(r"(?m)^[^\n#]*# staff:[^\n]*\n", "", text)
     new, count = re.subn(r"(?m)^(#[^\n]*\n)*testpaths\s*=\s*\[[^\]]*\]",
                          '# Plain `pytest` runs the visible tests.\ntestpaths = ["tests"]', text)
     if count != 1:
@@ -73,7 +76,8 @@ def student_setup(text: str) -> str:
         "#   bash setup.sh            # first run: creates .venv (a few minutes)",
         "#   .venv/bin/pytest         # then run the visible tests",
         "#",
-        "# On a machine without an NVIDIA GPU the CPU stack in constraints-cpu.txt is pinned.",
+        "# On a machine without an NVIDIA GPU the CPU stack in constraints-cpu.txt is pinned; with one,",
+        "# the tested GPU stack in constraints-gpu.txt. CS336_CONSTRAINTS=FILE picks another (none: no pins).",
     ]
     tail = ['echo "[setup] done. Run the tests with .venv/bin/pytest; submit with bash make_submission.sh"', ""]
     return "\n".join(header + lines[body_start:]).rstrip() + "\n" + "\n".join(tail)

@@ -308,6 +308,25 @@ def shown_nodeid(nodeid: str, suite: str, hidden: HiddenText) -> str:
     return nodeid if plain else f"{base}[{HIDDEN}]"
 
 
+def slowest_line(runs, manifest: Manifest, count: int = 5) -> str | None:
+    """The output's "Slowest tests" line, or None when no test took a second. A student sees this
+    line at once, before any hidden test is published, so a hidden test is named only by its
+    problem ("a hidden test of flash_backward"), never by its file, name or parameters."""
+    slowest = sorted(((outcome, run.name) for run in runs for outcome in run.outcomes.values()),
+                     key=lambda pair: -pair[0].duration)[:count]
+    if not slowest or slowest[0][0].duration < 1.0:
+        return None
+    shown = []
+    for outcome, suite in slowest:
+        if suite.startswith("hidden"):
+            problem = manifest.problem_of_file(outcome.nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+            name = f"a hidden test of {problem.name if problem else 'a problem'}"
+        else:
+            name = outcome.nodeid.rsplit("/", 1)[-1]
+        shown.append(f"{name} {outcome.duration:.1f} s")
+    return "Slowest tests: " + "; ".join(shown)
+
+
 def _rounded(value: float) -> float:
     return math.floor(value * 10_000 + 0.5) / 10_000
 
@@ -409,7 +428,8 @@ def _summary(graded: list[GradedTest], pending: list[GradedTest], visibility: st
 
 
 def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time: float, output: str,
-                 leaderboard: list | None = None, gpus_present: int | None = None) -> dict:
+                 leaderboard: list | None = None, gpus_present: int | None = None,
+                 no_test_ran: str | None = None) -> dict:
     """The Gradescope results dict: score, execution_time, output, tests[], extra_data (and leaderboard).
 
     Tests that need a GPU on a runner without one (or more GPUs than ``gpus_present``, the
@@ -417,7 +437,9 @@ def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time:
     score is what this runner could grade), and the top of ``output`` names their problems and
     points. Hidden tests get the manifest's
     ``hidden_visibility`` (Gradescope's ``after_published`` by default), and ``output`` says how
-    many there are and when they show. ``extra_data`` holds the per-problem points.
+    many there are and when they show. ``extra_data`` holds the per-problem points, and
+    ``no_test_ran``: why no test could grade the submission (a corrupt zip, no adapters.py), which
+    the batch grader lists apart from graded work.
     """
     hidden = hidden_text()
     visibility = manifest.settings.hidden_visibility
@@ -444,6 +466,7 @@ def results_json(tests: list[GradedTest], manifest: Manifest, *, execution_time:
             "gpu_later_points": _rounded(sum(test.max_score for test in pending)),
             "hidden_tests": sum(test.suite == "hidden" for test in graded),
             "hidden_visibility": visibility,
+            **({"no_test_ran": no_test_ran} if no_test_ran else {}),
         },
     }
     if leaderboard:

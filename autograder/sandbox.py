@@ -108,6 +108,7 @@ class SandboxReport:
     copied: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
+    no_adapters: bool = False  # the submission had no adapters.py: every test fails importing it
 
     @property
     def data_files(self) -> list[str]:
@@ -513,6 +514,7 @@ def build_sandbox(submission: Path, dest: Path, *, link_roots: list[Path] = ()) 
     if not (dest / "adapters.py").exists():
         _write(dest, PurePosixPath("adapters.py"), _MISSING_ADAPTERS.encode())
         report.added.append("adapters.py (an import error: the submission has none)")
+        report.no_adapters = True
     if not (dest / PACKAGE / "__init__.py").exists():
         _write(dest, PurePosixPath(PACKAGE, "__init__.py"), b"")
         report.added.append(f"{PACKAGE}/__init__.py (empty)")

@@ -38,15 +38,11 @@ def _collected(kit: Path, files: list[Path]) -> dict[str, bool]:
         return json.loads(out.read_text())
 
 
-def visible_points(kit: Path = KIT) -> dict:
-    """``{"problems": {name: {section, points, visible_points}}, "tests": {key: {problem, points, gpu}}}``.
-
-    A test's key is ``"<file name>::<test name>"``, as in the grader's table; ``points`` is its
-    ``max_score`` in results.json; ``gpu`` whether it is marked ``gpu`` (not graded on a CPU runner).
-    """
+def _priced(kit: Path):
+    """(every test, visible and hidden, with its max_score; {node id: needs a GPU}; the problems)."""
     from autograder.grade import SUITE_DIRS, _test_files
     from autograder.manifest import load_manifest
-    from autograder.results import GradedTest, collect_tests
+    from autograder.results import collect_tests
     from autograder.runner import SuiteRun, Verdict
 
     manifest = load_manifest(kit / "autograder" / "manifest.toml")
@@ -58,7 +54,27 @@ def visible_points(kit: Path = KIT) -> dict:
         mine = {nodeid: Verdict(nodeid, "passed") for nodeid in collected
                 if Path(nodeid.split("::", 1)[0]).parent == folder}
         runs.append(SuiteRun(name=suite, outcomes=mine))
-    tests: list[GradedTest] = collect_tests(manifest, runs, problems, complete=True)
+    return collect_tests(manifest, runs, problems, complete=True), collected, problems
+
+
+def gpu_only_points(kit: Path = KIT) -> dict[str, float]:
+    """Each problem's points held by tests marked ``gpu`` (visible and hidden): what a runner
+    without a GPU cannot grade. The handout's points table states them (checked by a selftest)."""
+    tests, collected, problems = _priced(kit)
+    points = {problem.name: 0.0 for problem in problems}
+    for test in tests:
+        if collected.get(test.nodeid):
+            points[test.problem.name] += test.max_score
+    return {name: round(value, 4) for name, value in points.items()}
+
+
+def visible_points(kit: Path = KIT) -> dict:
+    """``{"problems": {name: {section, points, visible_points}}, "tests": {key: {problem, points, gpu}}}``.
+
+    A test's key is ``"<file name>::<test name>"``, as in the grader's table; ``points`` is its
+    ``max_score`` in results.json; ``gpu`` whether it is marked ``gpu`` (not graded on a CPU runner).
+    """
+    tests, collected, problems = _priced(kit)
     visible = [test for test in tests if test.suite == "visible" and "<" not in test.nodeid]
     table = {"problems": {}, "tests": {}}
     for problem in problems:
@@ -71,6 +87,11 @@ def visible_points(kit: Path = KIT) -> dict:
         table["tests"][test.key] = {"problem": test.problem.name, "points": test.max_score,
                                     "gpu": bool(collected[test.nodeid])}
     return table
+
+
+def _number(value: float) -> str:
+    """A TOML float to the grader's 4 decimals, without float noise (1.9644, not 1.9643999999999997)."""
+    return repr(round(float(value), 4))
 
 
 def _string(text: str) -> str:
@@ -88,11 +109,11 @@ def points_toml(table: dict) -> str:
     ]
     for name, problem in table["problems"].items():
         lines += [f"[problems.{name}]", f"section = {_string(problem['section'])}",
-                  f"points = {float(problem['points'])!r}", f"visible_points = {float(problem['visible_points'])!r}", ""]
+                  f"points = {_number(problem['points'])}", f"visible_points = {_number(problem['visible_points'])}", ""]
     lines.append("[tests]")
     for key, test in table["tests"].items():
         lines.append(f"{_string(key)} = {{ problem = {_string(test['problem'])}, "
-                     f"points = {float(test['points'])!r}, gpu = {'true' if test['gpu'] else 'false'} }}")
+                     f"points = {_number(test['points'])}, gpu = {'true' if test['gpu'] else 'false'} }}")
     return "\n".join(lines) + "\n"
 
 
@@ -115,4 +136,8 @@ def _collect_main(out: str, files: list[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--collect":
         sys.exit(_collect_main(sys.argv[2], sys.argv[3:]))
+    if sys.argv[1:] == ["--gpu-only"]:  # the handout's GPU column: python -m autograder.student_points --gpu-only
+        for name, value in gpu_only_points().items():
+            print(f"{name} {value:.2f}")
+        sys.exit(0)
     sys.stdout.write(points_toml(visible_points()))

@@ -1,9 +1,15 @@
 """Command line of the leaderboard (staff run it; ``--help`` on each command says more).
 
-    python -m leaderboard run SUBMISSION --name NAME [--quick] [--dry-run] [--repeats N] [--store PATH] [--unisolated]
+    python -m leaderboard run SUBMISSION --name NAME [--quick] [--cpu] [--repeats N] [--store PATH] [--unisolated]
     python -m leaderboard table [--store PATH] [--out DIR] [--all]
-    python -m leaderboard selftest [--dry-run] [--out DIR] [--only NAME ...] [--unisolated]
-    python -m leaderboard batch EXPORT [--out DIR] [--executor local|slurm] [--gpus auto] [--quick] [--dry-run]
+    python -m leaderboard selftest [--cpu] [--out DIR] [--only NAME ...] [--unisolated]
+    python -m leaderboard batch EXPORT [--out DIR] [--executor local|slurm] [--gpus auto] [--quick] [--cpu] [--dry-run]
+
+One flag means one thing in every command: ``--cpu`` runs the pipeline on a CPU (a small
+problem under Triton's interpreter; its times mean nothing; its records are marked
+``dry-run``), and ``--dry-run`` (batch only) prints what would run, shell-quoted, and runs
+nothing. SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
+make_submission.sh writes (or a folder holding only that zip), read as the grader reads it.
 
 Run ``run`` and ``selftest`` as root: the submission then runs as an unprivileged uid of its own.
 
@@ -22,7 +28,7 @@ from leaderboard.store import DEFAULT_STORE, read_records
 
 NO_GPU = (
     "leaderboard run: no CUDA GPU found. The official timing needs one (the leaderboard runs on "
-    "an H200). To test the pipeline on this machine, add --dry-run (a small problem under "
+    "an H200). To test the pipeline on this machine, add --cpu (a small problem under "
     "Triton's interpreter; its times mean nothing and it is not recorded unless --store is given)."
 )
 
@@ -32,17 +38,58 @@ UNISOLATED_HELP = (
 )
 
 
+def _refuse_old_flags(args: argparse.Namespace) -> str | None:
+    if getattr(args, "old_dry_run", False):
+        return (f"leaderboard {args.command}: --dry-run now only means 'print what would run' (leaderboard batch); "
+                "to run the pipeline on a CPU, use --cpu")
+    if getattr(args, "old_timing_dry_run", False):
+        return "leaderboard batch: --timing-dry-run is now --cpu (the same flag as run and selftest)"
+    return None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from tests.submission import SubmissionError, resolve_submission_dir
+
+    from autograder.sandbox import SubmissionNotFound, SubmissionRejected, build_sandbox, locate_submission
+
+    args.dry_run = args.cpu
+    with tempfile.TemporaryDirectory(prefix="cs336-leaderboard-zip-") as unpacked:
+        source = Path(args.submission)
+        try:
+            located = locate_submission(source)
+        except SubmissionNotFound:
+            located = source
+        if located.is_file():  # a zip, or a folder holding only one: read as the grader reads it
+            try:
+                build_sandbox(located, Path(unpacked) / "submission")
+            except (SubmissionRejected, SubmissionNotFound) as error:
+                print(f"leaderboard run: {located}: not timed: {error}", file=sys.stderr)
+                return 2
+            return _run(args, Path(unpacked) / "submission", str(located))
+        try:
+            directory = resolve_submission_dir(args.submission, Path.cwd())
+        except SubmissionError as error:
+            print(f"leaderboard run: {error}", file=sys.stderr)
+            return 2
+        return _run(args, directory, None)
+
+
+def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int:
+    """``run`` on a submission directory; ``zip_path``: the zip it was unpacked from, for the record."""
     from tests.submission import SubmissionError, resolve_submission_dir
 
     from leaderboard.runner import describe, run_submission
     from leaderboard.sandbox import SandboxUnavailable
+    from leaderboard.store import append_record
 
-    try:
-        directory = resolve_submission_dir(args.submission, Path.cwd())
-    except SubmissionError as error:
-        print(f"leaderboard run: {error}", file=sys.stderr)
-        return 2
+    if zip_path is not None:
+        try:
+            resolve_submission_dir(str(directory), Path.cwd())
+        except SubmissionError as error:
+            print(f"leaderboard run: {zip_path}: {error}", file=sys.stderr)
+            return 2
     if not args.dry_run:
         import torch
 
@@ -51,12 +98,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
     mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
     store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
-    print(f"leaderboard run: {args.name} from {directory} ({mode}, {args.repeats} timing(s))", flush=True)
+    print(f"leaderboard run: {args.name} from {zip_path or directory} ({mode}, {args.repeats} timing(s))", flush=True)
     try:
-        record = run_submission(directory, args.name, mode, args.repeats, store=store, unisolated=args.unisolated)
+        record = run_submission(directory, args.name, mode, args.repeats, store=None if zip_path else store,
+                                unisolated=args.unisolated)
     except SandboxUnavailable as error:
         print(f"leaderboard run: cannot isolate the submission: {error}", file=sys.stderr)
         return 2
+    if zip_path is not None:
+        record["submission"] = zip_path  # not the temporary folder it was unpacked to
+        if store is not None:
+            append_record(record, store)
     print(describe(record))
     print(f"recorded in {store}" if store is not None else "not recorded (dry run; pass --store PATH to record)")
     return 0 if record["accepted"] else 1
@@ -74,6 +126,8 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from leaderboard.selftest import run_selftest
+
+    args.dry_run = args.cpu
 
     if not args.dry_run:
         import torch
@@ -121,11 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="check and time one submission, and record the result")
-    run.add_argument("submission", help="directory holding adapters.py and cs336_systems/")
+    run.add_argument("submission", help="directory holding adapters.py and cs336_systems/, or a submission zip")
     run.add_argument("--name", required=True, help="the name shown on the leaderboard")
     speed = run.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="short timings (rep 1 s) for iterating; not ranked")
-    speed.add_argument("--dry-run", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
+    speed.add_argument("--cpu", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
+    run.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
     run.add_argument("--store", type=Path, default=None, help="results store (default leaderboard/results/records.jsonl; dry runs: none)")
     run.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
@@ -134,11 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
     table.add_argument("--store", type=Path, default=DEFAULT_STORE, help="results store (default leaderboard/results/records.jsonl)")
     table.add_argument("--out", type=Path, default=DEFAULT_STORE.parent, help="folder for leaderboard.md and leaderboard.png (default leaderboard/results)")
-    table.add_argument("--all", action="store_true", help="also rank --quick and --dry-run runs (marked)")
+    table.add_argument("--all", action="store_true", help="also rank --quick and --cpu runs (marked)")
     table.set_defaults(handler=cmd_table)
 
     selftest = commands.add_parser("selftest", help="the reference, the honest slow fixture and every cheat fixture")
-    selftest.add_argument("--dry-run", action="store_true", help="CPU: only the fixtures a CPU can judge")
+    selftest.add_argument("--cpu", action="store_true", help="CPU: only the fixtures a CPU can judge")
+    selftest.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default leaderboard/results/selftest; with --only, a subfolder only-NAMES of it)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
     selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
@@ -153,18 +209,24 @@ def build_parser() -> argparse.ArgumentParser:
                        help="folder for each run's log and record (default leaderboard/results/batch)")
     batch.add_argument("--store", type=Path, default=None,
                        help="results store the records join (default leaderboard/results/records.jsonl; "
-                            "with --timing-dry-run, OUT/records.jsonl)")
+                            "with --cpu, OUT/records.jsonl)")
     batch.add_argument("--table-out", type=Path, default=None, help="folder for leaderboard.md/png (default: the store's)")
     batch.add_argument("--quick", action="store_true", help="short timings (rep 1 s); not ranked")
-    batch.add_argument("--timing-dry-run", dest="dry_run_timing", action="store_true",
-                       help="CPU: each run is a leaderboard run --dry-run (tests the pipeline; times mean nothing)")
+    batch.add_argument("--cpu", dest="dry_run_timing", action="store_true",
+                       help="CPU: each run is a leaderboard run --cpu (tests the pipeline; times mean nothing)")
+    batch.add_argument("--timing-dry-run", dest="old_timing_dry_run", action="store_true", help=argparse.SUPPRESS)
     batch.add_argument("--repeats", type=positive_int, default=1, help="official loops per run (default 1)")
     batch.set_defaults(handler=cmd_batch)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refusal = _refuse_old_flags(args)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     return args.handler(args)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -40,11 +41,20 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
+def _last_line(log: str) -> str:
+    """The last line a run printed (its reason, when it could not run), cut to 300 characters."""
+    try:
+        lines = [line for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "no output"
+
+
 def _judge(job: Job, outcome: Outcome) -> str | None:
     if outcome.returncode is None:
         return outcome.error or "the run never finished"
     if outcome.returncode not in (0, 1):  # 0 accepted, 1 refused: both are results
-        return f"the run could not run (exit status {outcome.returncode}; see {job.log})"
+        return f"the run could not run (exit status {outcome.returncode}: {_last_line(job.log)}; see {job.log})"
     if not read_records(Path(job.log).parent / "records.jsonl"):
         return "the run left no record"
     return None
@@ -60,7 +70,7 @@ def leaderboard_batch(args) -> int:
     if args.executor == "local":
         devices = local_devices(args.gpus, args.jobs)
         if devices[0] is None and mode != "dry-run":
-            print("leaderboard batch: no GPU found; timings need one each (use --timing-dry-run to test the "
+            print("leaderboard batch: no GPU found; timings need one each (use --cpu to test the "
                   "pipeline on a CPU)", file=sys.stderr)
             return 2
     else:
@@ -84,7 +94,7 @@ def leaderboard_batch(args) -> int:
             path = submission.path
         argv = [sys.executable, "-m", "leaderboard", "run", str(path), "--name", submission.label,
                 "--store", str(folder / "records.jsonl"), "--repeats", str(args.repeats)]
-        argv += ["--dry-run"] if mode == "dry-run" else ["--quick"] if mode == "quick" else []
+        argv += ["--cpu"] if mode == "dry-run" else ["--quick"] if mode == "quick" else []
         todo.append(Job(submission.id, submission.label, tuple(argv), str(ROOT), str(folder / "run.log"), RUN_LIMIT_S))
     where = (f"this machine, {len(devices)} {'GPU' if devices[0] is not None else 'CPU'} slot(s)"
              if args.executor == "local" else f"{args.executor} (one GPU a job)")
@@ -92,7 +102,7 @@ def leaderboard_batch(args) -> int:
           f"{len(todo)} to time ({mode}) on {where}", flush=True)
     if args.dry_run:
         for job in todo:
-            print("  " + " ".join(job.argv))
+            print("  " + shlex.join(job.argv))
         if args.executor == "slurm":
             print(slurm_script(out / "slurm", args.slurm, max(1, len(todo))))
         return 0

@@ -39,7 +39,7 @@ class Problem:
 # The official problem: batch 1 x 16 heads (folded), sequence 16384, head dim 64, causal, bf16.
 LEADERBOARD = Problem(batch=16, n=16384, d=64, dtype=torch.bfloat16, is_causal=True, device="cuda")
 
-# --dry-run: small enough for Triton's interpreter on a CPU, float32 because the interpreter's
+# --cpu: small enough for Triton's interpreter on a CPU, float32 because the interpreter's
 # bfloat16 tl.dot is wrong in triton 3.6. It tests the pipeline and the CPU-side checks only.
 DRY_RUN = Problem(batch=2, n=64, d=16, dtype=torch.float32, is_causal=True, device="cpu")
 
@@ -72,7 +72,7 @@ class TimingSettings:
 
     With CUDA, times come from ``triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms)``:
     ``rep_ms`` of timed calls after ``warmup_ms`` of untimed ones, each call timed by its own
-    CUDA events after an L2 flush. Without CUDA (``--dry-run``) a plain host timer times
+    CUDA events after an L2 flush. Without CUDA (``--cpu``) a plain host timer times
     ``plain_calls`` calls after ``plain_warmup_calls`` untimed ones.
     """
 
@@ -152,7 +152,7 @@ class Limits:
 
 
 LIMITS = Limits()
-# --dry-run times a Python interpreter on a shared CPU, where two timings of the same code can
+# --cpu times a Python interpreter on a shared CPU, where two timings of the same code can
 # differ by a third; only the coarse, timing-based checks run there, with wide bounds.
 LIMITS_DRY_RUN = Limits(fixed_faster_than_fresh=0.5, ones_faster_than_random=0.5)
 

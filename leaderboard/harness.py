@@ -19,7 +19,7 @@ every call's time (``return_mode="all"``) and the leaderboard reports the median
 interquartile spread, where the original printed the mean. A second timing replaces
 ``o.sum().backward()`` with ``o.backward(dO)`` for a random ``dO``.
 
-Without CUDA (``--dry-run``) the same steps are timed with the host clock, ``plain_calls``
+Without CUDA (``--cpu``) the same steps are timed with the host clock, ``plain_calls``
 calls after ``plain_warmup_calls``; those numbers only show that the pipeline runs.
 """
 

@@ -21,7 +21,7 @@ things are read from it:
   time. The backward is exempt from that share, because a PyTorch backward compiled with
   torch.compile (whose matrix products run in cuBLAS) is an honest solution to §2.5.
 
-Without a GPU (``--dry-run``) there are no GPU kernels; the worker records which ``@triton.jit``
+Without a GPU (``--cpu``) there are no GPU kernels; the worker records which ``@triton.jit``
 functions Triton's interpreter launched during the profiled forward, and at least one of them
 must be the submission's.
 """

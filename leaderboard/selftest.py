@@ -3,7 +3,7 @@
 Staff run this on the leaderboard GPU after changing the leaderboard or the reference:
 
     python -m leaderboard selftest            # on the GPU: about 6 minutes
-    python -m leaderboard selftest --dry-run  # on a CPU: the checks a CPU can judge
+    python -m leaderboard selftest --cpu  # on a CPU: the checks a CPU can judge
 
 It passes when the reference is accepted (timed three times in one run, with a spread of at
 most ``MAX_REFERENCE_SPREAD_PCT`` between the three medians), the honest slow fixture is
@@ -110,7 +110,7 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
     lines = [
         "# Leaderboard self-test",
         "",
-        f"`python -m leaderboard selftest{' --dry-run' if dry_run else ''}` on {env.get('gpu', '?')} "
+        f"`python -m leaderboard selftest{' --cpu' if dry_run else ''}` on {env.get('gpu', '?')} "
         f"(torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, Python {env.get('python', '?')}), "
         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}.",
         "",

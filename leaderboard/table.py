@@ -1,7 +1,7 @@
 """The leaderboard table: the ranking as Markdown and as a PNG bar chart.
 
 Students and staff read what this file writes. Only accepted runs of the official timing are
-ranked (``include_unofficial`` adds ``--quick`` and ``--dry-run`` runs, marked as such); each
+ranked (``include_unofficial`` adds ``--quick`` and ``--cpu`` runs, marked as such); each
 name appears once, with its fastest accepted run. Refused runs are listed below the ranking with
 their reasons, so that a student can see why an attempt is missing.
 """

@@ -5,11 +5,13 @@ frozen description (batch, n_queries, n_keys, d, dtype, is_causal, memory layout
 it come the inputs, a rerun command that every failure message carries, and the truth. To
 rerun a failing case yourself, paste the command its message prints at the repo root, e.g.
 
-    TRITON_INTERPRET=1 python -m tests.flash_repro triton forward "FlashCase(batch=2, n_queries=17, \
+    TRITON_INTERPRET=1 .venv/bin/python -m tests.flash_repro triton forward "FlashCase(batch=2, n_queries=17, \
         n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3, device='cpu')"
 
 (``TRITON_INTERPRET=1`` runs Triton kernels on a CPU; a case with ``device='cuda'`` prints no
-prefix), which runs the same check and prints the same message (tests/flash_repro.py). In a
+prefix), which runs the same check and prints the same message (tests/flash_repro.py), from a
+fresh shell: it names the kit's ``.venv/bin/python``, and it tests the same submission as the
+tests did when ``CS336_SUBMISSION`` is still set (or add ``--submission DIR``). In a
 Python shell: ``Q, K, V = FlashCase(...).make_inputs()``, then call your Function.
 
 Checks live here so that every test reports the same way: ``check_forward`` (O, the saved
@@ -116,7 +118,7 @@ class FlashCase:
         """The shell command that reruns this case's ``check`` ("forward" or "backward") of the
         ``implementation`` ("pytorch" or "triton") Function and prints the same message."""
         prefix = "TRITON_INTERPRET=1 " if self.device == "cpu" else ""
-        return f'{prefix}python -m tests.flash_repro {implementation} {check} "{self.expression()}"'
+        return f'{prefix}.venv/bin/python -m tests.flash_repro {implementation} {check} "{self.expression()}"'
 
     def repro(self, function_name: str, implementation: str | None = None, check: str = "forward") -> str:
         """What a failure says about the case: the call, the inputs, and (given the

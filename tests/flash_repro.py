@@ -3,10 +3,11 @@
 Every FlashAttention-2 failure prints a command of this form (``FlashCase.command``); paste it
 at the root of your checkout:
 
-    TRITON_INTERPRET=1 python -m tests.flash_repro triton forward \\
+    TRITON_INTERPRET=1 .venv/bin/python -m tests.flash_repro triton forward \\
         "FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3)"
 
-It loads ``adapters.py`` from the current directory (or ``--submission DIR``), builds the
+It loads the submission the tests would (``--submission DIR``, else ``$CS336_SUBMISSION``, else
+the current directory: tests/submission.py's ``resolve_submission_dir``), builds the
 case's inputs, runs the same check as the test (``check_forward`` or ``check_backward`` of
 tests/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
 message. ``TRITON_INTERPRET=1`` is how the tests run Triton without a GPU; it must be set
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("implementation", choices=("pytorch", "triton"))
     parser.add_argument("check", choices=("forward", "backward"))
     parser.add_argument("case", help='a FlashCase(...) expression, as printed by the failing test')
-    parser.add_argument("--submission", default=".", help="directory holding adapters.py (default: .)")
+    parser.add_argument("--submission", default=None,
+                        help="directory holding adapters.py and cs336_systems/ (default: $CS336_SUBMISSION, else .)")
     args = parser.parse_args(argv)
 
     import torch
@@ -35,11 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
-    root = Path(args.submission).resolve()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.executor.interpreter import single_autotune_config
     from tests.flash_cases import FlashCase, check_backward, check_forward
-    from tests.submission import load_adapters
+    from tests.submission import SubmissionError, load_adapters, resolve_submission_dir
+
+    try:
+        root = resolve_submission_dir(args.submission, Path.cwd())
+    except SubmissionError as error:
+        print(f"flash_repro: {error}", file=sys.stderr)
+        return 2
+    print(f"flash_repro: testing the submission in {root}", file=sys.stderr)
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         single_autotune_config()  # as the tests do: one config per @triton.autotune under the interpreter

@@ -83,5 +83,6 @@ def load_adapters(directory: Path) -> ModuleType:
     except BaseException as error:  # SystemExit too: a submission must not end the test run
         raise SubmissionError(
             f"importing the submission in {directory} failed with {type(error).__name__}: {error}. "
-            "Fix the import error first: run `python -c 'import adapters'` in that directory."
+            "Fix the import error first: run `.venv/bin/python -c 'import adapters'` at the root of your "
+            "checkout (where .venv is)."
         ) from error

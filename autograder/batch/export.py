@@ -15,16 +15,28 @@ start with a colon::
 
 A submission folder holds the files the student uploaded (Gradescope unpacks an uploaded zip;
 one that it could not unpack stays a ``.zip``, which the grader reads and refuses with a reason).
+
+An export is untrusted input: its ids become folder names under the batch's ``--out``, and its
+names reach a spreadsheet. So ``read_export`` refuses, before anything is graded, an export whose
+ids are not plain folder names (``plain_id``: no ``/`` or ``\\``, not ``.`` or ``..``, no NUL or
+control character, at most ``MAX_ID_CHARS`` characters) or that holds a symbolic link (a link
+could point anywhere; Gradescope's export zip holds none, and the batch unpacks a zip itself
+without creating any). The batch then reads only inside the export and writes only inside
+``--out``; report.py escapes the CSV cells a spreadsheet would run as formulas.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 METADATA = "submission_metadata.yml"
+MAX_ID_CHARS = 100  # Gradescope's ids are like submission_123456789; a name must also fit NAME_MAX
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ExportError(ValueError):
@@ -51,7 +63,39 @@ class Submission:
     def label(self) -> str:
         """Who submitted it, for progress lines and the leaderboard: the names, else the id."""
         names = ", ".join(student.name for student in self.students if student.name)
-        return names or self.id
+        return _CONTROL.sub("?", names or self.id)  # no terminal escape sequence reaches the console
+
+
+def plain_id(key: object) -> str | None:
+    """None when ``key`` (a metadata key or a folder name) is a plain folder name; else what is wrong."""
+    if isinstance(key, bool) or not isinstance(key, (str, int)):
+        return f"a {type(key).__name__}, not a folder name"
+    text = str(key)
+    if text in ("", ".", ".."):
+        return "empty" if not text else f"{text!r} names a folder itself, not a submission"
+    if "/" in text or "\\" in text:
+        return "holds a path separator"
+    if _CONTROL.search(text):
+        return "holds a NUL or control character"
+    if len(text) > MAX_ID_CHARS:
+        return f"is {len(text)} characters long (at most {MAX_ID_CHARS})"
+    return None
+
+
+def _shown(key: object) -> str:
+    """``key`` for a message: quoted, control characters escaped, cut to 80 characters."""
+    text = repr(str(key)) if isinstance(key, (str, int)) else repr(key)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _links(root: Path) -> list[str]:
+    """Every symbolic link under ``root`` (not followed), relative to it."""
+    found = []
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(top, name)):
+                found.append(os.path.relpath(os.path.join(top, name), root))
+    return sorted(found)
 
 
 def _plain(value) -> object:
@@ -94,6 +138,12 @@ def read_export(export: Path, workdir: Path) -> list[Submission]:
     import yaml
 
     root = unpack(export, workdir)
+    links = _links(root) if not Path(root).is_symlink() else ["(the export folder itself)"]
+    if links:
+        raise ExportError(f"{root} holds symbolic links, which could point outside the export: "
+                          f"{', '.join(_shown(link) for link in links[:10])}{' ...' if len(links) > 10 else ''}. "
+                          "Gradescope's export holds none: pass the export zip itself (the batch unpacks it "
+                          "without links), or remove the links")
     metadata_path = _find_metadata(root)
     try:
         metadata = _plain(yaml.safe_load(metadata_path.read_text(encoding="utf-8")) or {})
@@ -102,6 +152,17 @@ def read_export(export: Path, workdir: Path) -> list[Submission]:
     if not isinstance(metadata, dict):
         raise ExportError(f"{metadata_path} is not a mapping of submission folders to their submitters")
     folder = metadata_path.parent
+    refused = [f"{_shown(name)} ({why})" for name in metadata for why in [plain_id(name)] if why]
+    ids = [str(name) for name in metadata]
+    refused += [f"{_shown(name)} (named twice)" for name in sorted(set(ids)) if ids.count(name) > 1]
+    refused += [f"folder {_shown(path.name)} ({why})" for path in sorted(folder.iterdir())
+                if path.is_dir() and not path.name.startswith(".") and str(path.name) not in
+                {str(name) for name in metadata} for why in [plain_id(path.name)] if why]
+    if refused:
+        raise ExportError(f"{metadata_path}: refusing the export, whose submission ids must be plain folder "
+                          f"names (the batch writes one folder per id under --out): {'; '.join(refused)}. "
+                          "Gradescope's ids look like submission_123456789: download the export again "
+                          "(Review Grades > Export Submissions), or fix those keys")
     submissions = []
     for name, entry in metadata.items():
         entry = entry if isinstance(entry, dict) else {}

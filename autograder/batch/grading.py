@@ -10,7 +10,15 @@ grade`` process (the batch never imports student code), on this machine or on Sl
                                     with, its status, attempts and seconds (for resumption)
     scores.csv                      a row per student for Gradescope's score upload (report.py)
     histogram.md, histogram.png     scores per problem
-    summary.md                      the end summary: counts, throughput, slowest, failures
+    summary.md                      the end summary: counts, throughput, slowest, the points not
+                                    graded, submissions where no test ran, failures
+
+A grade on a runner without a GPU (or with fewer GPUs than part 2's tests need) leaves those
+tests' points out of its score. Such a batch says so, with each problem's points, in summary.md,
+on the console and in scores.csv's ``Ungraded Points`` column; and it writes no scores.csv at
+all (exit status 3) unless ``--partial`` asks for one, so a CPU batch's totals are never uploaded
+by mistake as final. Submissions where no test could run (a corrupt zip, no adapters.py; the
+grade's ``extra_data.no_test_ran``) score 0 and are listed apart, with the reason.
 
 A rerun skips every submission already graded with the same kit version, submission hash and
 grade flags; a grade that fails (non-zero exit, no results.json) is retried once in the same
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -65,6 +74,7 @@ class BatchOptions:
     timeout: float | None = None
     slurm: SlurmParams = field(default_factory=SlurmParams)
     dry_run: bool = False
+    partial: bool = False
     kit: Path = KIT
 
 
@@ -116,9 +126,39 @@ def _judge(job: Job, outcome: Outcome) -> str | None:
     return None if isinstance(results, dict) and "score" in results else "results.json has no score"
 
 
+def ungraded_points(results: dict) -> dict[str, float]:
+    """Each problem's points that this grade could not grade on its runner (GPU tests on a CPU)."""
+    problems = (results.get("extra_data") or {}).get("problems") or {}
+    return {name: float(entry.get("gpu_later") or 0.0) for name, entry in problems.items()
+            if float(entry.get("gpu_later") or 0.0) > 0}
+
+
+def _ungraded_lines(graded: list[tuple], manifest) -> list[str]:
+    """What the batch did not grade: the problems and points left out of the totals, or nothing."""
+    per_problem: dict[str, float] = {}
+    count = 0
+    for _, results, status in graded:
+        if results and status.startswith("graded"):
+            left = ungraded_points(results)
+            count += bool(left)
+            for name, points in left.items():
+                per_problem[name] = max(per_problem.get(name, 0.0), points)
+    if not per_problem:
+        return []
+    sections = {p.name: p.section for p in manifest.problems}
+    total = sum(per_problem.values())
+    parts = "; ".join(f"{sections.get(name, '')} {name} {points:.2f}" for name, points in
+                      sorted(per_problem.items(), key=lambda item: list(sections).index(item[0])
+                             if item[0] in sections else 0))
+    return [f"- NOT GRADED: {total:.2f} of {manifest.total_points:g} points of {count} submission(s) need a GPU "
+            f"(or more GPUs) and were not graded on this runner; Total Score leaves them out: {parts}. "
+            "Grade on a GPU machine for the final scores (python -m autograder batch EXPORT --out DIR on it)"]
+
+
 def grade_batch(options: BatchOptions) -> int:
     """Grade the export; write results, CSV, histograms and the summary. Exit status: 0 when every
-    submission was graded, 1 when some failed twice, 2 when nothing could run."""
+    submission was graded, 1 when some failed twice, 2 when nothing could run, 3 when some points
+    were not graded on this runner and ``partial`` was not set (no scores.csv is written)."""
     started = time.monotonic()
     out = Path(options.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -148,9 +188,12 @@ def grade_batch(options: BatchOptions) -> int:
              if options.executor == "local" else f"{options.executor} ({per_job})" if gpu else options.executor)
     print(f"batch: {len(submissions)} submission(s) in {options.export}; {len(submissions) - len(todo)} already "
           f"graded with kit {version}; {len(todo)} to grade on {where}", flush=True)
+    if options.executor == "local" and not gpu:
+        print("batch: no GPU here: each grade leaves out the points of its GPU-only tests, and this batch writes "
+              "no scores.csv for upload unless --partial asks for one", flush=True)
     if options.dry_run:
         for job in todo:
-            print("  " + " ".join(job.argv))
+            print("  " + shlex.join(job.argv))
         if options.executor == "slurm":
             print("batch: --dry-run: the sbatch script of the job array:\n")
             print(slurm_script(out / "slurm", options.slurm, max(1, len(todo))))
@@ -188,28 +231,47 @@ def grade_batch(options: BatchOptions) -> int:
                 results = json.loads((folder / "results.json").read_text())
             except (OSError, ValueError):
                 status = "not graded"
+            else:
+                why = (results.get("extra_data") or {}).get("no_test_ran")
+                left = sum(ungraded_points(results).values())
+                if why:
+                    status = f"no test ran: {why}"
+                elif left:
+                    status = f"graded, but not {left:.2f} GPU points (see Ungraded Points)"
         graded.append((submission, results, status))
-    csv_path, markdown, png = class_report(out, manifest, graded, options.problems)
-    summary = _summary(submissions, todo, batch, progress, time.monotonic() - started, where, version)
-    summary += ["", f"- CSV: {csv_path}", f"- histograms: {markdown}" + (f", {png}" if png else ""),
+    ungraded = _ungraded_lines(graded, manifest)
+    partial = bool(ungraded) and not options.partial
+    csv_path, markdown, png = class_report(out, manifest, graded, options.problems, write_scores=not partial)
+    summary = _summary(submissions, todo, batch, progress, time.monotonic() - started, where, version, graded)
+    summary += ungraded
+    if partial:
+        summary.append(f"- scores.csv NOT written: these totals are not final. Grade on a GPU machine, or rerun "
+                       f"with --partial to write a CSV of the points graded here (nothing is regraded)")
+    summary += ["", f"- CSV: {csv_path}" + (" (partial: see Ungraded Points)" if ungraded else "")
+                if csv_path else "- CSV: none (see above)",
+                f"- histograms: {markdown}" + (f", {png}" if png else ""),
                 f"- results and logs: {out / 'submissions'}/<id>/"]
     (out / "summary.md").write_text("\n".join(summary) + "\n")
     print("\n".join(summary), flush=True)
-    return 1 if batch.failures else 0
+    return 1 if batch.failures else 3 if partial else 0
 
 
 def _summary(submissions: list[Submission], todo: list[Job], batch, progress: Progress, seconds: float,
-             where: str, version: str) -> list[str]:
-    graded = len(todo) - len(batch.failures)
-    rate = graded / (seconds / 3600) if seconds > 0 and graded else 0.0
+             where: str, version: str, graded: list[tuple]) -> list[str]:
+    done = len(todo) - len(batch.failures)
+    rate = done / (seconds / 3600) if seconds > 0 and done else 0.0
     retried = sum(1 for key, attempts in batch.attempts.items() if attempts > 1)
+    no_test = [(submission, status) for submission, _, status in graded if status.startswith("no test ran")]
     lines = ["# Batch grade", "",
-             f"- kit {version}; {len(submissions)} submissions; graded now {graded}, skipped (already graded) "
-             f"{len(submissions) - len(todo)}, failed {len(batch.failures)} (retried {retried})",
+             f"- kit {version}; {len(submissions)} submissions; graded now {done}, skipped (already graded) "
+             f"{len(submissions) - len(todo)}, failed {len(batch.failures)} (retried {retried}); "
+             f"no test could run on {len(no_test)} (listed below, 0 points each)",
              f"- on {where}, {seconds:.0f} s wall: {rate:.1f} submissions per hour"]
     slowest = progress.slowest()
     if slowest:
         lines.append("- slowest: " + "; ".join(f"{label} {s:.0f} s" for label, s in slowest))
     for key, why in batch.failures.items():
         lines.append(f"- FAILED {key} ({progress.labels.get(key, key)}): {why}")
+    for submission, status in no_test:  # 0 points each, with the reason the student sees
+        lines.append(f"- NO TEST RAN {submission.id} ({submission.label}): {status.split(': ', 1)[1][:300]}")
     return lines

@@ -31,6 +31,7 @@ SUBMISSIONS = {
     "submission_281934044": ("mutant:output_in_float32", [("Edsger Dijkstra", "05550105", "ewd@stanford.edu")]),
     "submission_281934055": ("attack:loosen_tolerances", [("Mallory Eve", "05550106", "mallory@stanford.edu")]),
     "submission_281934066": ("corrupt_zip", [("Barbara Liskov", "05550107", "liskov@stanford.edu")]),
+    "submission_281934077": ("no_adapters", [("Ken Thompson", "05550108", "ken@stanford.edu")]),
 }
 
 
@@ -62,6 +63,10 @@ def _fill(kind: str, dest: Path, scratch: Path) -> None:
         with zipfile.ZipFile(good, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.write(KIT / "reference" / "adapters.py", "adapters.py")
         (dest / "submission.zip").write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # truncated
+    elif kind == "no_adapters":  # the package alone, as a student who zipped the wrong folder would
+        dest.mkdir(parents=True)
+        shutil.copytree(KIT / "reference" / "cs336_systems", dest / "cs336_systems", symlinks=False,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     else:
         raise ValueError(kind)
 

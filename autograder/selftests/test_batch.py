@@ -1,13 +1,17 @@
-"""``python -m autograder batch``: a fake Gradescope export of six submissions (the reference with
-two group members, the stubs, two FlashAttention mutants, an attack, a corrupt zip) graded on this
-CPU with the local executor, two at a time, on two cheap problems; then graded again (nothing is);
-then the Slurm path through submitit's own local executor, and the sbatch script of --dry-run."""
+"""``python -m autograder batch``: a fake Gradescope export of seven submissions (the reference with
+two group members, the stubs, two FlashAttention mutants, an attack, a corrupt zip, one without
+adapters.py) graded on this CPU with the local executor, two at a time, on two cheap problems, one
+of which has GPU-only points: the batch names them and refuses to write scores.csv; then again
+with --partial (nothing is regraded; the CSV names the ungraded points); then the Slurm path
+through submitit's own local executor, and the sbatch script of --dry-run."""
 
 from __future__ import annotations
 
 import csv
 import json
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +39,10 @@ def batch(tmp_path_factory):
     export = build_export(root)
     out = root / "out"
     first = _batch(export, out, "--problems", PROBLEMS, "--jobs", "2", "--gpus", "0")
+    first_csv = (out / "scores.csv").exists()
     logs = {path: path.stat().st_mtime_ns for path in out.glob("submissions/*/grade.log")}
-    second = _batch(export, out, "--problems", PROBLEMS, "--jobs", "2", "--gpus", "0")
+    second = _batch(export, out, "--problems", PROBLEMS, "--jobs", "2", "--gpus", "0", "--partial")
+    first.csv_written = first_csv
     return export, out, first, second, logs
 
 
@@ -47,7 +53,7 @@ def _rows(out: Path) -> list[dict]:
 
 def test_every_submission_gets_a_valid_results_json(batch):
     export, out, first, _, _ = batch
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
     for folder in SUBMISSIONS:
         results = json.loads((out / "submissions" / folder / "results.json").read_text())
         assert problems_with(results) == [], folder
@@ -56,6 +62,38 @@ def test_every_submission_gets_a_valid_results_json(batch):
         assert json.loads((out / "submissions" / folder / "batch.json").read_text())["status"] == "done"
     corrupt = json.loads((out / "submissions" / "submission_281934066" / "results.json").read_text())
     assert corrupt["score"] == 0 and "No test was run" in corrupt["output"]
+    assert "your zip is corrupt" in corrupt["extra_data"]["no_test_ran"]
+    no_adapters = json.loads((out / "submissions" / "submission_281934077" / "results.json").read_text())
+    assert "no adapters.py" in no_adapters["extra_data"]["no_test_ran"] and no_adapters["score"] == 0
+
+
+def test_a_cpu_batch_names_the_ungraded_gpu_points_and_writes_no_final_csv(batch):
+    _, out, first, second, _ = batch
+    reference = json.loads((out / "submissions" / "submission_281934011" / "results.json").read_text())
+    later = reference["extra_data"]["problems"]["memory_profiling"]["gpu_later"]
+    assert later > 0, "memory_profiling has GPU-only tests: this check needs a problem with some"
+    line = f"§1.3 memory_profiling {later:.2f}"
+    assert first.returncode == 3 and not first.csv_written, "a CPU batch must not write a final CSV unasked"
+    assert "NOT GRADED" in first.stdout and line in first.stdout and "--partial" in first.stdout, first.stdout
+    assert "scores.csv NOT written" in first.stdout
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert line in (out / "summary.md").read_text() and line in second.stdout
+    for row in _rows(out):
+        results = json.loads((out / "submissions" / row["Submission"] / "results.json").read_text())
+        assert abs(float(row["Ungraded Points"]) - results["extra_data"]["gpu_later_points"]) < 1e-3, row
+
+
+def test_submissions_where_no_test_ran_are_listed_apart_with_the_reason(batch):
+    _, out, first, _, _ = batch
+    summary = (out / "summary.md").read_text()
+    assert "no test could run on 2" in summary, summary
+    for folder, why in (("submission_281934066", "your zip is corrupt"), ("submission_281934077", "no adapters.py")):
+        listed = [line for line in summary.splitlines() if line.startswith(f"- NO TEST RAN {folder}")]
+        assert listed and why in listed[0], summary
+        assert listed[0] in first.stdout
+    statuses = {row["Submission"]: row["Status"] for row in _rows(out)}
+    assert statuses["submission_281934066"].startswith("no test ran: your zip is corrupt"), statuses
+    assert statuses["submission_281934077"].startswith("no test ran:"), statuses
 
 
 def test_every_student_gets_a_csv_row_whose_total_is_the_results_score(batch):
@@ -69,7 +107,7 @@ def test_every_student_gets_a_csv_row_whose_total_is_the_results_score(batch):
         assert abs(float(row["Total Score"]) - results["score"]) < 1e-3, row
         parts = sum(float(row[name]) for name in PROBLEMS.split(","))
         assert abs(parts - float(row["Total Score"])) < 1e-3, row
-        assert row["Status"] == "graded"
+        assert row["Status"].startswith(("graded", "no test ran")), row
     by_kind = {SUBMISSIONS[row["Submission"]][0]: float(row["Total Score"]) for row in rows}
     assert by_kind["reference"] > max(by_kind["stubs"], by_kind["corrupt_zip"]), by_kind
     assert (out / "histogram.md").read_text().count("| memory_profiling |") == 1
@@ -116,7 +154,8 @@ def test_the_slurm_path_runs_through_submitits_local_executor(tmp_path):
     tmp_path.chmod(0o755)
     export = build_export(tmp_path, as_zip=False, only=["submission_281934011", "submission_281934066"])
     out = tmp_path / "out"
-    result = _batch(export.parent, out, "--executor", "submitit-local", "--problems", "memory_profiling")
+    result = _batch(export.parent, out, "--executor", "submitit-local", "--problems", "memory_profiling",
+                    "--partial")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = _rows(out)
     assert [row["Submission"] for row in rows] == ["submission_281934011"] * 2 + ["submission_281934066"]
@@ -166,5 +205,34 @@ def test_leaderboard_batch_dry_run_lists_one_timing_per_submission(tmp_path):
     result = subprocess.run(command, cwd=KIT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     runs = [line for line in result.stdout.splitlines() if " -m leaderboard run " in line]
-    assert len(runs) == 2 and "--name Ada Lovelace, Charles Babbage" in runs[0]
+    assert len(runs) == 2 and "--name 'Ada Lovelace, Charles Babbage'" in runs[0], runs
+    argv = shlex.split(runs[0])  # a printed command pastes into a shell as the argv it runs
+    assert argv[argv.index("--name") + 1] == "Ada Lovelace, Charles Babbage", argv
     assert "#SBATCH --gpus-per-node=1" in result.stdout and "#SBATCH --array=0-1%2" in result.stdout
+
+
+def test_leaderboard_batch_times_a_folder_holding_only_a_zip(tmp_path):
+    """Gradescope leaves an upload it could not unpack as a zip: the leaderboard reads it as the grader does."""
+    import zipfile
+
+    tmp_path.chmod(0o755)
+    export = build_export(tmp_path, as_zip=False, only=["submission_281934011", "submission_281934066"])
+    folder = export / "submission_281934011"
+    with zipfile.ZipFile(tmp_path / "submission.zip", "w") as archive:
+        for path in sorted(folder.rglob("*.py")):
+            archive.write(path, path.relative_to(folder).as_posix())
+    shutil.rmtree(folder)
+    folder.mkdir()
+    shutil.move(tmp_path / "submission.zip", folder / "submission.zip")
+    out = tmp_path / "lb"
+    command = [sys.executable, "-m", "leaderboard", "batch", str(export), "--out", str(out), "--cpu", "--gpus", "0",
+               "--jobs", "2"]
+    result = subprocess.run(command, cwd=KIT, capture_output=True, text=True, timeout=900)
+    log = (out / "runs" / "submission_281934011" / "run.log").read_text()
+    assert "does not exist" not in log, log[-2000:]
+    records = [json.loads(line) for line in (out / "runs" / "submission_281934011" / "records.jsonl").open()]
+    assert records and records[0]["accepted"], log[-3000:]
+    assert records[0]["submission"].endswith("submission.zip")
+    corrupt = (out / "runs" / "submission_281934066" / "run.log").read_text()
+    assert "your zip is corrupt" in corrupt and result.returncode == 1, result.stdout[-2000:]
+    assert "your zip is corrupt" in (out / "summary.md").read_text()

@@ -107,7 +107,7 @@ def test_a_rerun_command_rebuilds_the_case():
     case = FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout="sliced",
                      seed=3, q_scale=0.1, v_scale=1e5)
     command = case.command("triton", "backward")
-    assert command.startswith("TRITON_INTERPRET=1 python -m tests.flash_repro triton backward \"FlashCase(")
+    assert command.startswith("TRITON_INTERPRET=1 .venv/bin/python -m tests.flash_repro triton backward \"FlashCase(")
     expression = command.split('"')[1]
     assert eval(expression, {"FlashCase": FlashCase, "torch": torch}) == case  # noqa: S307
     assert not case.replace(device="cuda").command("pytorch").startswith("TRITON_INTERPRET")

@@ -33,6 +33,35 @@ def test_handout_points_table_matches_the_manifest():
     )
 
 
+def handout_gpu_column() -> tuple[dict[str, float], tuple[float, float] | None]:
+    """({problem: its "GPU only" points}, (total points, total GPU-only points) of the total row)."""
+    column, total = {}, None
+    for line in (KIT / "handout" / "README.md").read_text().splitlines():
+        match = re.match(r"^\|\s*(§[\d.]+)\s*\|\s*([a-z_0-9]+)\s*\|\s*[\d.]+\s*\|\s*([\d.]+)\s*\|", line)
+        if match:
+            column[match.group(2)] = float(match.group(3))
+        match = re.match(r"^\|\s*\|\s*total\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", line)
+        if match:
+            total = (float(match.group(1)), float(match.group(2)))
+    return column, total
+
+
+def test_handout_states_the_total_and_each_problems_gpu_only_points():
+    """The total row says 77 (the manifest's sum), and each problem's "GPU only" points are what the
+    grader's own arithmetic gives the tests marked gpu, visible and hidden (to 2 decimals)."""
+    from autograder.student_points import gpu_only_points
+
+    column, total = handout_gpu_column()
+    expected = gpu_only_points()
+    assert set(column) == {problem.name for problem in MANIFEST.problems}, (
+        "handout/README.md's points table needs a GPU-only column for every problem: | §1.1 | name | 4 | 0.22 | ... |")
+    wrong = {name: (column[name], round(expected[name], 2)) for name in column
+             if abs(column[name] - round(expected[name], 2)) > 1e-9}
+    assert not wrong, f"handout GPU-only points disagree with the tests marked gpu (handout, grader): {wrong}"
+    assert total is not None, "handout/README.md's points table has no '| | total | 77 | 14.33 |' row"
+    assert total == (MANIFEST.total_points, round(sum(expected.values()), 2)), (total, MANIFEST.total_points)
+
+
 def test_handout_section_headings_match_the_manifest():
     text = (KIT / "handout" / "README.md").read_text()
     for problem in MANIFEST.problems:

@@ -1,4 +1,4 @@
-"""The whole pipeline on a CPU, as a user runs it: ``run --dry-run``, the store, ``table``."""
+"""The whole pipeline on a CPU, as a user runs it: ``run --cpu``, the store, ``table``."""
 
 import json
 
@@ -9,8 +9,8 @@ from leaderboard.store import read_records
 
 def test_dry_run_accepts_honest_refuses_patched_timers_and_tables_both(tmp_path, capfd):
     store = tmp_path / "records.jsonl"
-    assert main(["run", str(fixture("honest_slow").path), "--name", "honest", "--dry-run", "--store", str(store)]) == 0
-    assert main(["run", str(fixture("cheat_patched_timers").path), "--name", "patcher", "--dry-run", "--store", str(store)]) == 1
+    assert main(["run", str(fixture("honest_slow").path), "--name", "honest", "--cpu", "--store", str(store)]) == 0
+    assert main(["run", str(fixture("cheat_patched_timers").path), "--name", "patcher", "--cpu", "--store", str(store)]) == 1
     out = capfd.readouterr()
     assert "[leaderboard" in out.err  # the worker's progress reaches the terminal
     assert "ACCEPTED honest" in out.out and "REFUSED patcher" in out.out

@@ -2,7 +2,7 @@
 
 The checks run in this process on the fixture's autograd.Function (``runner.evaluate_in_process``:
 the worker's steps, then the parent's judgement of its messages), on the dry-run problem under
-Triton's interpreter: the same code path as ``python -m leaderboard run FIXTURE --dry-run``
+Triton's interpreter: the same code path as ``python -m leaderboard run FIXTURE --cpu``
 minus the processes and the sandbox. ``test_cli_dry_run`` runs the real command on the honest
 fixture and on the patched-timers cheat, and ``test_attacks_cpu`` the attacks on the parent.
 """
@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture
 def dry_run_process(monkeypatch):
-    """What the worker sets up for --dry-run, undone afterwards."""
+    """What the worker sets up for --cpu, undone afterwards."""
     from triton.runtime.interpreter import InterpretedFunction
 
     from leaderboard.worker import record_interpreted_launches

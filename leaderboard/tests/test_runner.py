@@ -8,6 +8,7 @@ import torch
 from leaderboard.__main__ import main
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, submission_files, submission_hash
+from leaderboard.store import read_records
 
 
 def test_hash_covers_exactly_the_submission_files(tmp_path):
@@ -43,11 +44,11 @@ def test_describe_names_every_reason():
 def test_without_a_gpu_run_and_selftest_refuse_clearly(command, capsys):
     assert main(command) == 2
     err = capsys.readouterr().err
-    assert "no CUDA GPU found" in err and "--dry-run" in err
+    assert "no CUDA GPU found" in err and "--cpu" in err
 
 
 def test_a_directory_that_is_no_submission_is_refused(tmp_path, capsys):
-    assert main(["run", str(tmp_path), "--name", "x", "--dry-run"]) == 2
+    assert main(["run", str(tmp_path), "--name", "x", "--cpu"]) == 2
     assert "adapters.py" in capsys.readouterr().err
 
 
@@ -63,6 +64,47 @@ def test_without_root_run_refuses_unless_unisolated(monkeypatch, capsys):
     import leaderboard.sandbox
 
     monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
-    assert main(["run", str(FIXTURES[0].path), "--name", "x", "--dry-run"]) == 2
+    assert main(["run", str(FIXTURES[0].path), "--name", "x", "--cpu"]) == 2
     err = capsys.readouterr().err
     assert "not root" in err and "--unisolated" in err and "unprivileged" in err
+
+
+def test_one_flag_means_one_thing_and_old_flags_name_the_new_one(capsys):
+    assert main(["run", "reference", "--name", "x", "--dry-run"]) == 2
+    assert "--cpu" in capsys.readouterr().err
+    assert main(["selftest", "--dry-run"]) == 2
+    assert "--cpu" in capsys.readouterr().err
+    assert main(["batch", "no-such-export", "--timing-dry-run"]) == 2
+    assert "--cpu" in capsys.readouterr().err
+    from leaderboard.__main__ import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name in ("run", "selftest", "batch"):
+        flags = {flag: action.help for action in commands[name]._actions for flag in action.option_strings}
+        assert flags["--cpu"].startswith("CPU:"), (name, flags["--cpu"])
+    batch_flags = {flag: action.help for action in commands["batch"]._actions for flag in action.option_strings}
+    assert batch_flags["--dry-run"].startswith("print what would run"), batch_flags["--dry-run"]
+
+
+def test_a_zip_or_a_folder_holding_only_a_zip_is_read_as_the_grader_reads_it(tmp_path, capsys):
+    import zipfile
+
+    source = FIXTURES[0].path
+    folder = tmp_path / "submission_1"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "submission.zip", "w") as archive:
+        for path in sorted(source.rglob("*.py")):
+            archive.write(path, path.relative_to(source).as_posix())
+    store = tmp_path / "records.jsonl"
+    for given in (folder, folder / "submission.zip"):
+        code = main(["run", str(given), "--name", "zipped", "--cpu", "--store", str(store)])
+        captured = capsys.readouterr()
+        assert "does not exist" not in captured.err and "has no adapters.py" not in captured.err, captured.err
+        assert code in (0, 1), captured.err[-2000:]
+    records = read_records(store)
+    assert [record["submission"] for record in records] == [str(folder / "submission.zip")] * 2
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "submission.zip").write_bytes((folder / "submission.zip").read_bytes()[:200])
+    assert main(["run", str(broken), "--name", "broken", "--cpu"]) == 2
+    assert "your zip is corrupt" in capsys.readouterr().err
