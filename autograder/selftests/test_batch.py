@@ -168,3 +168,17 @@ def test_leaderboard_batch_dry_run_lists_one_timing_per_submission(tmp_path):
     runs = [line for line in result.stdout.splitlines() if " -m leaderboard run " in line]
     assert len(runs) == 2 and "--name Ada Lovelace, Charles Babbage" in runs[0]
     assert "#SBATCH --gpus-per-node=1" in result.stdout and "#SBATCH --array=0-1%2" in result.stdout
+
+
+def test_gpus_per_job_0_asks_slurm_for_cpu_jobs(tmp_path):
+    """--gpus-per-job 0 (a CPU partition, as autograder/batch/local_slurm.py makes): no GPU in the
+    sbatch script and no --require-gpu in the grades; on this machine's executor it is refused."""
+    tmp_path.chmod(0o755)
+    export = build_export(tmp_path, as_zip=False, only=["submission_281934022"])
+    result = _batch(export, tmp_path / "out", "--executor", "slurm", "--dry-run", "--gpus-per-job", "0",
+                    "--partition", "cpu")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "#SBATCH --partition=cpu" in result.stdout and "autograder grade" in result.stdout, result.stdout
+    assert "--gpus-per-node" not in result.stdout and "--require-gpu" not in result.stdout, result.stdout
+    refused = _batch(export, tmp_path / "out2", "--gpus-per-job", "0")
+    assert refused.returncode != 0 and "0, CPU jobs, is for --executor slurm" in refused.stderr, refused.stderr
