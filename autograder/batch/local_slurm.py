@@ -321,23 +321,25 @@ StorageLoc=slurm_acct_db
         state.unlink()
 
     def _end(self, pid: int, started: str | None, wait_s: float) -> None:
-        if started is None or _start_time(pid) != started:
-            return  # gone already (or the id now names another process)
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
+        """SIGTERM the daemon ``pid`` if it is still the process started then, SIGKILL it after
+        ``wait_s``, and reap it when it is this process's child."""
+        if started is not None and _start_time(pid) == started:
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)  # our child: reap it
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + wait_s
+            while _start_time(pid) == started and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _start_time(pid) == started:
+                os.kill(pid, signal.SIGKILL)
+        for _ in range(50):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
             except ChildProcessError:
-                done = 0 if _start_time(pid) == started else pid
-            if done == pid or _start_time(pid) != started:
-                return
+                return  # not ours (stopped by "down" from another process): its parent reaps it
             time.sleep(0.1)
-        if _start_time(pid) == started:
-            os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> LocalSlurm:
         return self.start()

@@ -6,8 +6,9 @@ A fake export of three submissions (the reference, the stubs, a corrupt zip), gr
 problem in CPU jobs of one CPU each. While the first batch runs, the stubs' array task is
 cancelled with ``scancel``, and so is the retry the batch then submits: the batch must read both
 cancellations from Slurm, grade the other two, and report the stubs failed. Resumed, the batch
-grades the stubs alone. Cost on a 2-core machine: about 100 s (the cluster starts in about 10 s;
-each grade takes 1 to 20 s; the batch polls Slurm every 15 s).
+grades the stubs alone. Cost on a 2-core machine (2026-12-02): 136 s in all; the cluster starts in
+about 10 s, the first batch took 81 s and the resumed one 36 s (each grade takes 1 to 20 s; the
+batch looks at its jobs every 15 s).
 
 Skipped, with the reason, where Slurm cannot run (not root, or slurm-wlm not installed: setup.sh
 installs it as root where apt-get exists); under CI (CI=true) on such a machine a missing
