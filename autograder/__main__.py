@@ -105,8 +105,9 @@ def _batch(args: argparse.Namespace) -> int:
         if not sep:
             raise SystemExit(f"batch: --slurm-extra {item!r}: expected KEY=VALUE (an sbatch option without --)")
         extra.append((key, value))
-    if args.gpus_per_job < 1:
-        raise SystemExit(f"batch: --gpus-per-job {args.gpus_per_job}: expected 1 or more")
+    if args.gpus_per_job < 0 or args.gpus_per_job == 0 and args.executor == "local":
+        raise SystemExit(f"batch: --gpus-per-job {args.gpus_per_job}: expected 1 or more (0, CPU jobs, is for "
+                         "--executor slurm on a CPU partition; on this machine use --gpus 0)")
     slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
                         cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
                         gpus=args.gpus_per_job, extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
@@ -200,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--grade-jobs", type=int, help="--jobs of each grade (test process chains at a time)")
     batch.add_argument("--gpus-per-job", type=int, default=1,
                        help="GPUs each grade gets (a local slot's CUDA_VISIBLE_DEVICES, or Slurm's --gpus-per-node); "
-                            "2 grades part 2's NCCL tests, which one GPU leaves 'not graded' (default 1)")
+                            "2 grades part 2's NCCL tests, which one GPU leaves 'not graded' (default 1); "
+                            "0 with --executor slurm: CPU jobs, graded as on a CPU runner")
     batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
     batch.add_argument("--timeout", type=float, help="--timeout of each grade")
     batch.add_argument("--partial", action="store_true",

@@ -9,5 +9,7 @@ Read by staff who grade the GPU half after the deadline. The pieces, one a file:
   a Slurm job array through ``submitit`` (one GPU a job); progress lines and the slowest job;
 - ``grading.py``: the batch grade: resumption (same kit version and submission hash: skipped),
   one retry, each submission's ``results.json`` and log;
-- ``report.py``: the class CSV for Gradescope's score upload and the per-problem histograms.
+- ``report.py``: the class CSV for Gradescope's score upload and the per-problem histograms;
+- ``local_slurm.py``: a one-node Slurm on this machine (root, Debian's slurm-wlm, which
+  ``install_slurm.sh`` installs from setup.sh), where the Slurm path is tested for real.
 """

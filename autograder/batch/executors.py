@@ -203,7 +203,7 @@ def run_local(jobs: list[Job], devices: list[str | None], judge: Judge, progress
 
 @dataclass(frozen=True)
 class SlurmParams:
-    """What each Slurm job asks for: ``gpus`` GPUs (one node), and these. ``extra`` are more sbatch
+    """What each Slurm job asks for: ``gpus`` GPUs (one node; 0 for none), and these. ``extra`` are more sbatch
     options (``--slurm-extra constraint=h100``); ``setup`` are shell lines run before the job
     (modules, a container)."""
 
@@ -222,8 +222,9 @@ class SlurmParams:
     def sbatch(self) -> dict:
         """submitit's Slurm parameters (the names of its sbatch writer)."""
         params = {"job_name": self.job_name, "time": self.time_min, "nodes": 1, "ntasks_per_node": 1,
-                  "gpus_per_node": self.gpus, "cpus_per_task": self.cpus, "mem": f"{self.mem_gb}GB",
-                  "array_parallelism": self.array_parallelism}
+                  "cpus_per_task": self.cpus, "mem": f"{self.mem_gb}GB", "array_parallelism": self.array_parallelism}
+        if self.gpus:  # gpus 0: CPU jobs (a CPU partition, as in autograder/batch/local_slurm.py)
+            params["gpus_per_node"] = self.gpus
         for key, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos)):
             if value:
                 params[key] = value
@@ -255,6 +256,16 @@ def _submitit_executor(folder: Path, cluster: str, params: SlurmParams, gpus: bo
     return executor
 
 
+def _job_failure(handle, error: Exception) -> str:
+    """One line saying why a submitit job left no result: the scheduler's last state for it
+    (``CANCELLED by 0``, ``TIMEOUT``, ``NODE_FAIL``, ``OUT_OF_MEMORY``...), its error log, and the
+    end of submitit's own message."""
+    state = str(getattr(handle, "state", "") or "UNKNOWN")
+    log = getattr(getattr(handle, "paths", None), "stderr", None)
+    message = " ".join(str(error).split())
+    return f"job {handle.job_id} ended {state} without a result (log: {log}): {message[-300:]}"
+
+
 def run_submitit(jobs: list[Job], folder: Path, cluster: str, params: SlurmParams, judge: Judge,
                  progress: Progress, poll_s: float = 5.0, gpus: bool = True) -> list[Outcome]:
     """Run ``jobs`` as one submitit job array on ``cluster`` ("slurm", or submitit's "local" or
@@ -281,7 +292,7 @@ def run_submitit(jobs: list[Job], folder: Path, cluster: str, params: SlurmParam
             try:
                 outcome = handle.result()
             except Exception as error:  # noqa: BLE001 - a lost or failed job is a failed grade, not a crash
-                outcome = Outcome(key, None, 0.0, error=f"job {handle.job_id} failed: {str(error).strip()[-500:]}")
+                outcome = Outcome(key, None, 0.0, error=_job_failure(handle, error))
             progress.finish(key, outcome.seconds, judge(job, outcome))
             outcomes.append(outcome)
             del pending[key]

@@ -168,7 +168,8 @@ def grade_batch(options: BatchOptions) -> int:
         devices = local_devices(options.gpus, options.jobs, options.gpus_per_job)
         gpu = devices[0] is not None
     else:
-        devices, gpu = [], options.executor == "slurm" or options.gpus not in ("0", "none", "auto")
+        devices, gpu = [], (options.executor == "slurm" and options.gpus_per_job > 0
+                            or options.gpus not in ("0", "none", "auto"))
     version = kit_version(options.kit)
     flags = _grade_flags(options, gpu)
     limit = (options.timeout or manifest.settings.total_timeout_s) + SLACK_S
@@ -219,6 +220,7 @@ def grade_batch(options: BatchOptions) -> int:
                   "attempts": batch.attempts.get(job.key, 0), "seconds": round(outcome.seconds, 1) if outcome else None,
                   "returncode": outcome.returncode if outcome else None, "host": outcome.host if outcome else "",
                   "device": outcome.device if outcome else None, "failure": batch.failures.get(job.key, "")}
+        Path(job.log).parent.mkdir(parents=True, exist_ok=True)  # a job cancelled before it started made none
         (Path(job.log).parent / "batch.json").write_text(json.dumps(record, indent=1))
     graded = []
     for submission in submissions:

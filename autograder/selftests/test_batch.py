@@ -236,3 +236,17 @@ def test_leaderboard_batch_times_a_folder_holding_only_a_zip(tmp_path):
     corrupt = (out / "runs" / "submission_281934066" / "run.log").read_text()
     assert "your zip is corrupt" in corrupt and result.returncode == 1, result.stdout[-2000:]
     assert "your zip is corrupt" in (out / "summary.md").read_text()
+
+
+def test_gpus_per_job_0_asks_slurm_for_cpu_jobs(tmp_path):
+    """--gpus-per-job 0 (a CPU partition, as autograder/batch/local_slurm.py makes): no GPU in the
+    sbatch script and no --require-gpu in the grades; on this machine's executor it is refused."""
+    tmp_path.chmod(0o755)
+    export = build_export(tmp_path, as_zip=False, only=["submission_281934022"])
+    result = _batch(export, tmp_path / "out", "--executor", "slurm", "--dry-run", "--gpus-per-job", "0",
+                    "--partition", "cpu")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "#SBATCH --partition=cpu" in result.stdout and "autograder grade" in result.stdout, result.stdout
+    assert "--gpus-per-node" not in result.stdout and "--require-gpu" not in result.stdout, result.stdout
+    refused = _batch(export, tmp_path / "out2", "--gpus-per-job", "0")
+    assert refused.returncode != 0 and "0, CPU jobs, is for --executor slurm" in refused.stderr, refused.stderr
