@@ -1,12 +1,11 @@
 """Grade, on a GPU runner, the attacks whose verdict only a GPU can give, and check each scores 0.
 
-Run from the repo root as root: ``python3 gpu_checks/attacks_gpu.py OUTDIR``. Two submissions:
-``triton_is_pytorch`` (the PyTorch Function handed in as the Triton one; on a GPU the tests run
-the compiled, bf16 and large cases too) and the leaderboard's ``cheat_flex_attention`` (a
-"Triton" Function that is FlexAttention, whose inductor kernels are named ``triton_*``). Each is
-graded on flash_forward_triton (and flash_forward_pytorch as a control, which must keep every
-point for triton_is_pytorch). Prints one line per submission and exits 1 if an attacked test
-earned anything.
+Run from the repo root as root: ``python3 gpu_checks/attacks_gpu.py OUTDIR``. The catalog's
+attacks on Triton and torch.compile credit (``GPU_ATTACKS``: on a GPU the tests run the compiled,
+bf16 and large cases too) and the leaderboard's ``cheat_flex_attention`` (a "Triton" Function that
+is FlexAttention, whose inductor kernels are named ``triton_*``). Each is graded on the problems
+its ATTACK.toml names; its attacked tests must earn nothing and its control problems keep every
+point. Prints one line per submission and exits 1 if a verdict is wrong.
 """
 
 from __future__ import annotations
@@ -24,25 +23,45 @@ from autograder.fixtures.attacks.catalog import materialize  # noqa: E402
 from autograder.grade import GradeOptions, grade  # noqa: E402
 
 
+GPU_ATTACKS = ("triton_is_pytorch", "triton_do_nothing_kernel", "forged_launch_log", "forged_probe")
+
+
+def _verdict(results: dict, attacked: list[str], patterns: list[str], control: list[str]) -> tuple[list, list]:
+    """(tests of attacked problems or patterns that earned points, control tests that did not pass)."""
+    import fnmatch
+
+    earned, lost = [], []
+    for test in results["tests"]:
+        name = test["name"]
+        hit = any(f" {problem} [" in name for problem in attacked) or any(fnmatch.fnmatch(name, p) for p in patterns)
+        if hit and test["score"] > 0:
+            earned.append(name)
+        if any(f" {problem} [" in name for problem in control) and test["status"] != "passed":
+            lost.append(name)
+    return earned, lost
+
+
 def main(out: Path) -> int:
+    from autograder.fixtures.attacks.catalog import ATTACKS
+
     root = Path(tempfile.mkdtemp(prefix="gpu-attacks-"))
     root.chmod(0o755)
     flex = root / "cheat_flex_attention"
     shutil.copytree(KIT / "leaderboard" / "fixtures" / "cheat_flex_attention", flex, symlinks=False)
-    cases = [("triton_is_pytorch", materialize("triton_is_pytorch", root / "triton_is_pytorch"),
-              ["flash_forward_triton", "flash_forward_pytorch"]),
-             ("cheat_flex_attention", flex, ["flash_forward_triton"])]
+    by_name = {attack.name: attack for attack in ATTACKS}
+    cases = [(name, materialize(name, root / name), list(by_name[name].attacked), list(by_name[name].attacked_tests),
+              list(by_name[name].partly_attacked), list(by_name[name].control)) for name in GPU_ATTACKS]
+    cases.append(("cheat_flex_attention", flex, ["flash_forward_triton"], [], [], []))
     failed = False
-    for name, submission, problems in cases:
-        report = grade(GradeOptions(submission=submission, out=out / name, problems=problems, quiet=True))
-        triton = [t for t in report.results["tests"] if " flash_forward_triton [" in t["name"]]
-        earned = [t["name"] for t in triton if t["score"] > 0]
-        control = [t for t in report.results["tests"] if " flash_forward_pytorch [" in t["name"]]
-        lost = [t["name"] for t in control if t["status"] != "passed"]
-        verdict = "ok" if not earned and (name != "triton_is_pytorch" or not lost) else "WRONG"
+    for name, submission, attacked, patterns, partly, control in cases:
+        report = grade(GradeOptions(submission=submission, out=out / name, problems=attacked + partly + control,
+                                    quiet=True))
+        earned, lost = _verdict(report.results, attacked, patterns, control)
+        graded = [t for t in report.results["tests"] if any(f" {p} [" in t["name"] for p in attacked)]
+        verdict = "ok" if not earned and not lost else "WRONG"
         failed |= verdict != "ok"
-        print(f"{name}: {verdict}; flash_forward_triton {len(triton)} tests, earned on {len(earned)}: {earned[:3]}; "
-              f"control tests lost: {lost[:3]}; first message: {json.dumps(triton[0]['output'][:300]) if triton else ''}")
+        print(f"{name}: {verdict}; {len(graded)} attacked tests, earned on {len(earned)}: {earned[:3]}; "
+              f"control tests lost: {lost[:3]}; first message: {json.dumps(graded[0]['output'][:300]) if graded else ''}")
     shutil.rmtree(root, ignore_errors=True)
     return 1 if failed else 0
 
