@@ -23,7 +23,7 @@ from autograder.fixtures.attacks.catalog import materialize  # noqa: E402
 from autograder.grade import GradeOptions, grade  # noqa: E402
 
 
-GPU_ATTACKS = ("triton_is_pytorch", "triton_do_nothing_kernel", "forged_launch_log", "forged_probe")
+GPU_ATTACKS = ("triton_do_nothing_kernel", "forged_launch_log", "forged_probe", "triton_is_pytorch")
 
 
 def _verdict(results: dict, attacked: list[str], patterns: list[str], control: list[str]) -> tuple[list, list]:

@@ -55,7 +55,7 @@ def cluster(tmp_path_factory):
 def _batch_argv(export: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "autograder", "batch", str(export), "--out", str(out), "--executor", "slurm",
             "--partition", "cpu", "--gpus-per-job", "0", "--cpus", "1", "--mem-gb", "2", "--time", "10",
-            "--problems", "memory_profiling"]
+            "--problems", "memory_profiling", "--partial"]  # CPU jobs: the GPU tests are not graded
 
 
 def _queue(cluster: LocalSlurm) -> dict[str, str]:
@@ -151,7 +151,8 @@ def test_real_slurm_runs_the_export_as_one_sbatch_job_array(cancelled_then_resum
         assert record["host"], "the grade ran in a Slurm job, which reports its node"
         results = json.loads((out / "submissions" / folder / "results.json").read_text())
         assert problems_with(results) == [], folder
-    assert first["statuses"][REFERENCE] == "graded" and first["statuses"][CORRUPT] == "graded"
+    assert first["statuses"][REFERENCE] == "graded", first["statuses"]
+    assert first["statuses"][CORRUPT].startswith("no test ran"), first["statuses"]
     assert list((out / "slurm").glob(f"{array}_*_submitted.pkl")), "the jobs went through submitit's sbatch"
 
 
@@ -177,6 +178,7 @@ def test_real_slurm_resumed_batch_regrades_only_the_cancelled_submission(cancell
     assert record.get("status") == "done" and record.get("attempts") == 1, (record, second.stdout[-3000:])
     results = json.loads((out / "submissions" / STUBS / "results.json").read_text())
     assert problems_with(results) == [] and results["score"] == 0, results.get("output", "")[:2000]
-    assert set(_statuses(out).values()) == {"graded"}
+    statuses = _statuses(out)
+    assert statuses[STUBS] == statuses[REFERENCE] == "graded" and statuses[CORRUPT].startswith("no test ran"), statuses
     for folder, mtime in first["logs"].items():
         assert mtime is not None and _mtime(out / "submissions" / folder / "grade.log") == mtime, f"{folder} was regraded"

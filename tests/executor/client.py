@@ -416,8 +416,11 @@ class Executor:
 
     # -- requests ------------------------------------------------------------------------
 
-    def request(self, message: dict, tag: str | None = None) -> Any:
-        """Send ``message`` (values already encoded), serve callbacks, return the decoded reply."""
+    def request(self, message: dict, tag: str | None = None, reply_bytes: int = 0) -> Any:
+        """Send ``message`` (values already encoded), serve callbacks, return the decoded reply.
+
+        ``reply_bytes``: a larger reply limit than ``reply_limit`` gives, for requests the harness
+        knows return more (a probe's ``reply_bytes``)."""
         if self.failure is not None:
             raise ExecutorFailure(f"not run: {self.failure.splitlines()[0]} (earlier in this test)")
         if self.budget is not None and self.budget.expired():
@@ -428,7 +431,7 @@ class Executor:
         self._released_graphs.clear()
         try:
             self._sent_max = max(self._sent_max, send_frame(self._to, message))
-            limit = reply_limit(self._sent_max)
+            limit = max(reply_limit(self._sent_max), reply_bytes)
             while True:
                 self._await_reply()
                 reply = recv_frame(self._from, self._wait_until(), limit)
@@ -595,9 +598,11 @@ class Executor:
                              "kwargs": encoded[1][1], "grad": torch.is_grad_enabled(), "watch": tag == "triton"}, tag)
 
     def probe(self, name: str, *args, tag: str | None = None, **kwargs) -> Any:
+        from .probes import find  # the harness's own copy: its reply limit is read here, not in the executor
+
         encoded = self._encode_args([list(args), kwargs])
         return self.request({"op": "probe", "name": name, "args": encoded[1][0], "kwargs": encoded[1][1],
-                             "grad": torch.is_grad_enabled()}, tag)
+                             "grad": torch.is_grad_enabled()}, tag, getattr(find(name), "reply_bytes", 0))
 
     def getattr(self, target: int, name: str, tag: str | None) -> Any:
         return self.request({"op": "getattr", "target": target, "name": name}, tag)

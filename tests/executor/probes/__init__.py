@@ -6,6 +6,8 @@ process boundary: compile the submission's Function where it lives, count the fo
 of a model inside a benchmark, record NVTX ranges. Each probe takes ``load_adapters`` (a
 function returning the submission's ``adapters`` module) and plain arguments, and returns
 observations (plain data, tensors or handles). Every verdict on them is made in the harness.
+A probe whose reply can pass 64 MiB sets ``reply_bytes`` on its function (read by the harness
+from its own copy; see ``client.reply_limit``).
 
 A probe is named ``"<module>.<name>"``: the function listed as ``name`` in the ``PROBES`` dict
 of this package's module ``<module>.py`` (one module per problem). Without ``--isolate`` the
