@@ -61,6 +61,8 @@ def test_compiled_model_matches_eager_on_gpu(adapters):
     tokens = torch.randint(0, 10_000, (4, 128), generator=torch.Generator().manual_seed(1))
     seen = run_probe(adapters, "torch_compile.compiled_vs_eager", {"num_layers": 2}, tokens, "cuda", 0)
     context = "compiled vs eager TransformerLM 'small' with 2 layers, tokens of shape (4, 128), float32"
+    assert seen["calls"] == 1 and seen["compiled_the_model"] and seen["returned_it"], (
+        "compile_model must return torch.compile(model) (handout §2.2); an eager model earns no torch_compile points")
     expected, expected_grads = eager_model_truth({"num_layers": 2}, seen["state"], tokens.cuda())
     assert_close(seen["logits"], expected, atol=1e-3, rtol=1e-3, what="logits", context=context)
     for name, grad in zip(seen["names"], seen["grads"], strict=True):

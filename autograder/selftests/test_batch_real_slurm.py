@@ -151,7 +151,7 @@ def test_real_slurm_runs_the_export_as_one_sbatch_job_array(cancelled_then_resum
         assert record["host"], "the grade ran in a Slurm job, which reports its node"
         results = json.loads((out / "submissions" / folder / "results.json").read_text())
         assert problems_with(results) == [], folder
-    assert first["statuses"][REFERENCE] == "graded", first["statuses"]
+    assert first["statuses"][REFERENCE].startswith("graded"), first["statuses"]  # "graded, but not ... GPU points"
     assert first["statuses"][CORRUPT].startswith("no test ran"), first["statuses"]
     assert list((out / "slurm").glob(f"{array}_*_submitted.pkl")), "the jobs went through submitit's sbatch"
 
@@ -179,6 +179,7 @@ def test_real_slurm_resumed_batch_regrades_only_the_cancelled_submission(cancell
     results = json.loads((out / "submissions" / STUBS / "results.json").read_text())
     assert problems_with(results) == [] and results["score"] == 0, results.get("output", "")[:2000]
     statuses = _statuses(out)
-    assert statuses[STUBS] == statuses[REFERENCE] == "graded" and statuses[CORRUPT].startswith("no test ran"), statuses
+    assert statuses[STUBS].startswith("graded") and statuses[REFERENCE].startswith("graded"), statuses
+    assert statuses[CORRUPT].startswith("no test ran"), statuses
     for folder, mtime in first["logs"].items():
         assert mtime is not None and _mtime(out / "submissions" / folder / "grade.log") == mtime, f"{folder} was regraded"

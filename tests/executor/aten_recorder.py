@@ -18,6 +18,8 @@ class AtenRecorder(TorchDispatchMode):
     take credit away (a Triton Function whose forward ran a matmul or a softmax in PyTorch).
     """
 
+    supports_higher_order_operators = True  # FlexAttention and the like are noted, not refused with an error
+
     def __init__(self, names: set[str], active: bool = True):
         super().__init__()
         self.names = names

@@ -118,18 +118,23 @@ def compiled_vs_eager(load_adapters: Callable[[], Any], model_overrides: dict, t
     """Seed, build the model on ``device``, really compile it with ``run_compile_model``, run it on ``tokens``.
 
     Returns {"logits", "names": parameter names, "grads": gradients of
-    ``logits.float().square().mean()`` for each parameter, "state": the model's parameters}. The
-    eager truth is computed by the test, in the harness, from "state" (never here).
+    ``logits.float().square().mean()`` for each parameter, "state": the model's parameters,
+    "calls", "compiled_the_model", "returned_it" (as ``compile_model`` reports them)}. The eager
+    truth is computed by the test, in the harness, from "state" (never here).
     """
     adapters = load_adapters()
     torch.manual_seed(seed)
     model = adapters.get_transformer_lm(model_overrides=model_overrides, device=device)
     state = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
-    compiled = adapters.run_compile_model(model)
+    with watch_torch_compile() as spy:
+        compiled = adapters.run_compile_model(model)
+    watched = {"calls": len(spy.calls), "compiled_the_model": len(spy.calls) == 1 and spy.calls[0][0] is model,
+               "returned_it": bool(spy.returned) and compiled is spy.returned[0]}
     logits = compiled(tokens.to(device))
     names, parameters = zip(*model.named_parameters())
     grads = torch.autograd.grad(logits.float().square().mean(), parameters)
-    return {"logits": logits.detach(), "names": list(names), "grads": [g.detach() for g in grads], "state": state}
+    return {"logits": logits.detach(), "names": list(names), "grads": [g.detach() for g in grads], "state": state,
+            **watched}
 
 
 compiled_vs_eager.reply_bytes = 512 << 20  # logits, gradients and parameters of a 2-layer small model: 294 MB
