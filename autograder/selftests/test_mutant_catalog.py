@@ -68,7 +68,9 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     """Run the base on every hidden FlashAttention-2 test and each checkable mutant on its
     caught_by tests, WORKERS at a time; return {"base" or mutant name: outcomes}."""
     root = tmp_path_factory.mktemp("mutant_runs")
-    unknown = set(ONLY) - {m.name for m in MUTANTS}
+    from autograder.fixtures.mutants.catalog import DISTRIBUTED_MUTANTS  # run by test_distributed_mutants.py
+
+    unknown = set(ONLY) - {m.name for m in MUTANTS} - {m.name for m in DISTRIBUTED_MUTANTS}
     assert not unknown, f"CS336_MUTANTS names unknown mutants {sorted(unknown)}"
     chosen = [m for m in MUTANTS if m.name in ONLY] if ONLY else MUTANTS
     base_targets = sorted({node for m in chosen for node in m.caught_by}) if ONLY else list(HIDDEN_FLASH_FILES)
