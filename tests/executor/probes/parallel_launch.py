@@ -2,8 +2,7 @@
 
 Read by the probes of part 2 (``ddp.py``, ``optimizer_state_sharding.py``, ``fsdp.py``), which
 call :func:`launch` with the name of a *job*: a function of one of this package's modules that
-one rank runs (or, named by its full dotted path, of another module: the training-step
-leaderboard's). ``launch`` starts ``world_size`` processes (from a fork server that has torch
+one rank runs (or, named by its full dotted path, a function of another module). ``launch`` starts ``world_size`` processes (from a fork server that has torch
 and its optimizers imported, so a run starts in a fraction of a second), each of which
 
 1. wraps torch.distributed's collectives so that every call is appended to this rank's event
@@ -228,8 +227,8 @@ def _worker(rank: int, world_size: int, backend: str, store: str, submission: st
         dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         module_name, _, function = job.rpartition(".")
-        # "<module>.<function>" names a job of this package; a dotted module path names any module
-        # (the training-step leaderboard's rank job, leaderboard.training_step.ranks.run_rank).
+        # "<module>.<function>" names a job of this package; a dotted module path names any
+        # importable module's function (a staff tool's rank job).
         module = module_name if "." in module_name else f"{__package__}.{module_name}"
         run = getattr(importlib.import_module(module), function)
         value = run(adapters, rank=rank, world_size=world_size, device=device, **kwargs)
