@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.executor.probes.parallel_models import CHAIN_WIDTHS
 from tests.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_overlap_in_gpu_profile,
-                                   check_state_stays_bounded, describe, gradient_numels, launch_position, run_ddp,
-                                   step_events)
-
-CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
+                                   check_state_stays_bounded, gradient_numels, run_ddp)
 
 
 @pytest.mark.parametrize(("model", "world_size"), [("frozen", 3), ("tied", 2)])
@@ -50,13 +46,9 @@ def test_ddp_state_stays_bounded_over_steps(adapters, set_to_none):
 def test_ddp_on_two_gpus_with_nccl_overlaps_the_backward(adapters):
     ranks = run_ddp(adapters, "individual", "lm", 2, steps=2, backend="nccl", optimizer="AdamW", lr=1e-2)
     ranks_chain = run_ddp(adapters, "individual", "chain", 2, steps=2, backend="nccl")
-    for rank, result in enumerate(ranks_chain):
-        events = result["events"]
-        for layer in range(1, len(CHAIN_NUMELS)):
-            assert launch_position(events, CHAIN_NUMELS[layer], 1) < events.index(
-                ("backward_reached", layer - 1), events.index(("step", 1))), (
-                f"rank {rank}: with NCCL too, layer {layer}'s all-reduce must start before the backward reaches "
-                f"layer {layer - 1}; events:\n  {describe(step_events(events, 1))}")
+    # With NCCL a wait() does not block the CPU, but it makes the backward's stream wait for the
+    # all-reduce: a handle waited on in the hook serialises the two on the GPU as well.
+    check_overlap(ranks_chain, "chain", steps=2)
     assert ranks
 
 
