@@ -14,6 +14,8 @@ import pytest
 
 from leaderboard.training_step.config import OFFICIAL, TINY
 from leaderboard.training_step.fixtures import FIXTURES
+from leaderboard.store import read_records
+from leaderboard.training_step.__main__ import main
 from leaderboard.training_step.run import run
 
 HERE = Path(__file__).resolve().parents[1] / "training_step" / "fixtures"
@@ -54,3 +56,13 @@ def test_the_official_config_is_cs336_2026s():
     assert (OFFICIAL.batch_size, OFFICIAL.context_length, OFFICIAL.compute_dtype, OFFICIAL.world_size) == (
         2, 32768, "bfloat16", 2)
     assert OFFICIAL.time_limit_s == 600
+
+
+def test_the_cli_dry_run_records_the_run_with_its_stack(tmp_path, capsys):
+    store = tmp_path / "records.jsonl"
+    status = main(["run", str(HERE / "cheat_no_update"), "--dry-run", "--name", "cheater", "--store", str(store)])
+    assert status == 1 and "no_update" in capsys.readouterr().out
+    [entry] = read_records(store)
+    assert entry["name"] == "cheater" and not entry["accepted"] and entry["mode"] == "tiny"
+    assert any(reason.startswith("no_update") for reason in entry["refusals"])
+    assert entry["stack"]["backend"] == "gloo" and entry["stack"]["torch"] and entry["time_ms"] is None

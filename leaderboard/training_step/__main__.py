@@ -1,11 +1,15 @@
-"""``python -m leaderboard.training_step run SUBMISSION [--dry-run | --trial]``: judge and time one submission."""
+"""``python -m leaderboard.training_step run SUBMISSION [--dry-run | --trial] [--name N] [--store FILE]``.
+
+Judges and times one submission, prints the verdict, and appends the run's record (with the
+stack and the devices) to the store. Exit status: 0 accepted, 1 refused, 2 cannot run here.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .run import run
+from .run import DEFAULT_STORE, record, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     one = sub.add_parser("run", help="check, then time, one submission's training step")
     one.add_argument("submission")
+    one.add_argument("--name", help="the entry's name in the store (default: the submission folder's name)")
+    one.add_argument("--store", help=f"records file (default {DEFAULT_STORE}; dry runs are recorded only with --store)")
     mode = one.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="CPU: the tiny config with gloo (the pipeline only)")
     mode.add_argument("--trial", action="store_true", help="the official config with short timings")
@@ -26,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
             print("the official run needs two CUDA GPUs; use --dry-run on a CPU", file=sys.stderr)
             return 2
         outcome = run(args.submission, "trial" if args.trial else "official", backend="nccl")
+    if args.store or not args.dry_run:
+        from pathlib import Path
+
+        record(outcome, args.name or Path(args.submission).resolve().name, args.submission,
+               args.store or DEFAULT_STORE)
     if outcome.accepted:
         print(f"accepted: {outcome.median_ms:.3f} ms a step (median, slowest rank; {outcome.config}, "
               f"{outcome.backend}; run took {outcome.seconds:.1f} s)")

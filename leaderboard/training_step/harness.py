@@ -15,7 +15,8 @@ collective is logged, and the run is killed at the config's time limit). Each ra
    (every parameter of the model, whole, as the ranks now hold it);
 4. runs ``gate_steps`` steps, marking each with ("step", s) in the event log, and reports the
    losses and the full parameters;
-5. times the step: on CUDA, warm-up for ``warmup_ms`` then measurement for ``rep_ms`` with CUDA
+5. times the step, marking each timed call with ("timed_call", i) in the event log, and then
+   reports the full parameters again; on CUDA, warm-up for ``warmup_ms`` then measurement for ``rep_ms`` with CUDA
    events around each call, as ``triton.testing.do_bench`` does, the call counts fixed by rank
    0's estimate and shared with every rank (both ranks must make the same collectives); on the
    CPU, the stated fallback: ``warmup_calls`` untimed calls, then ``rep_calls`` calls each timed
@@ -69,10 +70,12 @@ def _time_cpu(step, config: dict) -> list[float]:
     for _ in range(config["warmup_calls"]):
         step()
     times = []
-    for _ in range(config["rep_calls"]):
+    for i in range(config["rep_calls"]):
+        record("timed_call", i)
         start = time.perf_counter()
         step()
         times.append((time.perf_counter() - start) * 1e3)
+    record("timing_done")
     return times
 
 
@@ -95,10 +98,12 @@ def _time_cuda(step, config: dict, device) -> list[float]:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     for i in range(rep):
+        record("timed_call", i)
         starts[i].record()
         step()
         ends[i].record()
     torch.cuda.synchronize(device)
+    record("timing_done")
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
@@ -118,4 +123,6 @@ def run_rank(adapters, *, rank: int, world_size: int, device: str, config: dict)
     params = {name: value.detach().float().cpu().clone() for name, value in trainer.full_parameters().items()}
     timed = functools.partial(trainer.step, x, y)
     times = _time_cuda(timed, config, device) if device.startswith("cuda") else _time_cpu(timed, config)
-    return {"losses": losses, "params": params, "times_ms": times, "median_ms": statistics.median(times)}
+    after = {name: value.detach().float().cpu().clone() for name, value in trainer.full_parameters().items()}
+    return {"losses": losses, "params": params, "times_ms": times, "median_ms": statistics.median(times),
+            "params_after_timing": after}

@@ -9,14 +9,23 @@ NCCL on two GPUs.
 from __future__ import annotations
 
 import dataclasses
+import platform
 import statistics
 import time
 import types
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.executor.probes.parallel_launch import launch
 
+from leaderboard.runner import submission_hash
+from leaderboard.store import ROOT, append_record
+
 from .config import CONFIGS, StepConfig
+
+DEFAULT_STORE = ROOT / "leaderboard" / "results" / "training_step.jsonl"
+"""The training-step board's records (the FlashAttention board's store format, a file of its own)."""
+CHECKS = ("gate", "different_model", "no_update", "no_communication", "work_skipped_when_timed")
 from .trusted import trusted_run
 from .verdict import judge
 
@@ -61,3 +70,28 @@ def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: s
     times = [r["value"]["times_ms"] for r in result["ranks"]]
     median = max(statistics.median(t) for t in times)
     return Outcome(not reasons, reasons, None if reasons else median, times, config.name, backend, seconds)
+
+
+def stack(backend: str) -> dict:
+    """The software and the devices of this run, for its record."""
+    import torch
+
+    devices = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+               if backend == "nccl" else [platform.processor() or platform.machine()])
+    return {"python": platform.python_version(), "torch": torch.__version__, "backend": backend, "devices": devices}
+
+
+def record_of(outcome: Outcome, name: str, submission: str | Path) -> dict:
+    """The store's record of ``outcome`` (leaderboard/store.py's required fields, plus the times and the stack)."""
+    return {"name": name, "accepted": outcome.accepted, "refusals": outcome.reasons, "checks": list(CHECKS),
+            "mode": outcome.config, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "submission_hash": submission_hash(Path(submission)), "submission": str(submission),
+            "time_ms": outcome.median_ms, "times_ms": outcome.times_ms, "run_s": round(outcome.seconds, 1),
+            "stack": stack(outcome.backend)}
+
+
+def record(outcome: Outcome, name: str, submission: str | Path, store: str | Path = DEFAULT_STORE) -> dict:
+    """Append ``outcome``'s record to ``store``; return it."""
+    entry = record_of(outcome, name, submission)
+    append_record(entry, Path(store))
+    return entry

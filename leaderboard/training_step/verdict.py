@@ -13,6 +13,9 @@ Detectors, each with a fixture in leaderboard/training_step/fixtures/:
   values (an optimizer that does nothing leaves them where they were);
 - ``no_communication``: each rank must call collectives during every step, and the ranks must
   end with the same parameters (ranks that each train on their own rows diverge);
+- ``work_skipped_when_timed``: the timed calls must still train: each makes collectives as a
+  gate step does, and the parameters after the timing differ from those after the gate (a step
+  that returns a cached loss once the gate is over does neither);
 - the gate itself: every step's loss (the mean of the ranks') and every parameter after the
   gate's steps match the trusted run within the config's tolerances.
 """
@@ -69,6 +72,18 @@ def judge(ranks: list[dict], truth: dict, config: dict) -> list[str]:
         if apart > config["param_atol"]:
             reasons.append(f"no_communication: rank {rank}'s parameters differ from rank 0's by up to {apart:.3g} "
                            "after the gate's steps: the ranks are not training one model")
+    for rank, (result, value) in enumerate(zip(ranks, values)):
+        events = result["events"]
+        calls = [i for i, e in enumerate(events) if e[0] == "timed_call"] + [events.index(("timing_done",))]
+        idle = [n for n, (a, b) in enumerate(zip(calls, calls[1:]))
+                if config["world_size"] > 1 and not any(e[0] in COLLECTIVE_EVENTS for e in events[a:b])]
+        if idle:
+            reasons.append(f"work_skipped_when_timed: rank {rank} called no collective in timed calls {idle} (every "
+                           "gate step did): the timed step is not the step that was checked")
+        still = max((value["params_after_timing"][n] - value["params"][n]).abs().max().item() for n in names)
+        if still == 0.0:
+            reasons.append(f"work_skipped_when_timed: rank {rank}'s parameters did not change during the "
+                           f"{len(calls) - 1} timed calls: the timed step did not train")
     for s, expected in enumerate(truth["losses"]):
         got = sum(v["losses"][s] for v in values) / len(values)
         if abs(got - expected) > config["loss_rtol"] * abs(expected):
