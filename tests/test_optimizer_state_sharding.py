@@ -5,8 +5,8 @@ leave every rank with the parameters plain AdamW reaches in one process. The opt
 passed to your wrapper logs which parameters each local optimizer holds, so the tests also
 check that the ranks split the parameters between them. The optimizer's zero_grad must clear
 every parameter's gradient, and a parameter group may have fewer parameters than there are
-ranks (a rank then owns nothing of it): a crash there is weighted as the real bug it is
-(autograder/manifest.toml).
+ranks (a rank then owns nothing of it): a crash there is weighted as the real bug it is (about
+30% of this problem's points; see the handout, §3.6).
 """
 
 from __future__ import annotations
