@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from leaderboard.training_step.config import OFFICIAL, TINY
+from leaderboard.training_step.config import OFFICIAL, TINY, TINY_BF16
 from leaderboard.training_step.fixtures import FIXTURES
 from leaderboard.store import read_records
 from leaderboard.training_step.__main__ import main
 from leaderboard.training_step.run import run
 
 HERE = Path(__file__).resolve().parents[1] / "training_step" / "fixtures"
+ENTRY = Path(__file__).resolve().parents[1] / "training_step" / "reference_entry"
 
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURES))
@@ -33,6 +34,28 @@ def test_fixture_gets_its_verdict(fixture):
         assert not outcome.accepted, f"{fixture} must be refused by {detector}; it was accepted"
         named = [reason for reason in outcome.reasons if reason.startswith(detector)]
         assert named, f"{fixture} must be refused by {detector}; the reasons were {outcome.reasons}"
+
+
+@pytest.mark.parametrize("config", [TINY, TINY_BF16], ids=lambda c: c.name)
+def test_the_staff_entry_is_accepted(config):
+    """FSDP2, checkpointed blocks, fused attention and a chunked head with its loss pass the gate."""
+    outcome = run(ENTRY, config)
+    assert outcome.accepted, f"the staff entry must be accepted on {config.name}; refused: {outcome.reasons}"
+
+
+@pytest.mark.parametrize(("fixture", "accepted"), [("honest_plain_ddp", True), ("cheat_different_model", False),
+                                                   ("cheat_no_update", False)])
+def test_the_16_bit_gate(fixture, accepted):
+    """bf16: the updates are compared in norm; an honest step passes, a different model's updates do not."""
+    outcome = run(HERE / fixture, TINY_BF16)
+    assert outcome.accepted == accepted, (fixture, outcome.reasons)
+    if not accepted:
+        assert any(reason.startswith("gate") for reason in outcome.reasons), outcome.reasons
+
+
+def test_the_official_config_needs_its_trusted_fsdp_run():
+    with pytest.raises(NotImplementedError, match="trusted run is not built yet"):
+        run(ENTRY, OFFICIAL)
 
 
 def test_a_crash_is_refused_with_its_error(tmp_path):

@@ -1,4 +1,4 @@
-"""``python -m leaderboard.training_step run SUBMISSION [--dry-run | --trial] [--name N] [--store FILE]``.
+"""``python -m leaderboard.training_step run SUBMISSION [--dry-run | --small | --trial] [--name N] [--store FILE]``.
 
 Judges and times one submission, prints the verdict, and appends the run's record (with the
 stack and the devices) to the store. Exit status: 0 accepted, 1 refused, 2 cannot run here.
@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = one.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="CPU: the tiny config with gloo (the pipeline only)")
     mode.add_argument("--trial", action="store_true", help="the official config with short timings")
+    mode.add_argument("--small", action="store_true", help="2 GPUs: the official shape in small, bf16 (a trusted "
+                                                           "run that fits one GPU)")
     args = parser.parse_args(argv)
     if args.dry_run:
         outcome = run(args.submission, "tiny", backend="gloo")
@@ -31,7 +33,12 @@ def main(argv: list[str] | None = None) -> int:
         if torch.cuda.device_count() < 2:
             print("the official run needs two CUDA GPUs; use --dry-run on a CPU", file=sys.stderr)
             return 2
-        outcome = run(args.submission, "trial" if args.trial else "official", backend="nccl")
+        name = "small" if args.small else "trial" if args.trial else "official"
+        try:
+            outcome = run(args.submission, name, backend="nccl")
+        except NotImplementedError as error:
+            print(error, file=sys.stderr)
+            return 2
     if args.store or not args.dry_run:
         from pathlib import Path
 

@@ -46,6 +46,10 @@ class Outcome:
 def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: str = "gloo") -> Outcome:
     """Run ``submission`` (a directory holding adapters.py) on ``config``; never raises for the submission's faults."""
     config = CONFIGS[config] if isinstance(config, str) else config
+    if not config.trusted_fits:
+        raise NotImplementedError(
+            f"the {config.name!r} config's trusted run is not built yet: it needs an FSDP run over two GPUs (the 8B "
+            "model's training state does not fit one); use the 'small' config on two GPUs, or 'tiny' on the CPU")
     adapters_file = Path(submission).resolve() / "adapters.py"
     if not adapters_file.is_file():
         raise FileNotFoundError(f"{submission} is not a submission: it has no adapters.py")
