@@ -47,7 +47,9 @@ class DDPBucketed(torch.nn.Module):
       of theirs got no gradient this step: all-reduce the gradients that exist, leave the
       missing ones None), wait for every bucket, divide by the world size and copy the means
       back into the parameters' ``.grad``.
-    - ``on_train_batch_start()``: reset whatever per-step bookkeeping you keep.
+    - ``on_train_batch_start()``: reset whatever per-step bookkeeping you keep. No handle or
+      buffer of an old step may outlive the next step's synchronisation (the tests train several
+      steps, with ``zero_grad(set_to_none=False)`` too). A frozen parameter belongs to no bucket.
     - ``forward(*inputs, **kwargs)``: ``self.module(*inputs, **kwargs)``.
 
     The same parameters get gradients on every rank (they do in every test).

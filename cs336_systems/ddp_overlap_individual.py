@@ -41,13 +41,19 @@ class DDPIndividualParameters(torch.nn.Module):
       gets one hook), a hook that launches that gradient's asynchronous all-reduce as soon as
       the gradient is complete. A frozen parameter gets no hook (it cannot take one).
     - ``forward(*inputs, **kwargs)``: ``self.module(*inputs, **kwargs)``.
+    - the hook keeps the handle and returns: waiting on it there would stop the backward until
+      the all-reduce is done, and nothing would overlap.
     - ``finish_gradient_synchronization()``: wait for every all-reduce launched during this
       backward and divide each of those gradients by the world size, so that every ``.grad``
-      holds its mean over the ranks. Parameters that got no gradient keep ``.grad`` None.
+      holds its mean over the ranks, then forget those handles: the next step must not wait
+      for, or divide, them again (with ``zero_grad(set_to_none=False)`` the same ``.grad``
+      tensors live on from step to step). Parameters that got no gradient keep ``.grad`` None;
+      frozen parameters are never all-reduced.
 
-    The tests check the values (against one process training the whole batch), one all-reduce
-    per gradient per step, and the overlap: the all-reduce of a layer's gradient must be
-    launched before the backward reaches the layer below it.
+    The tests check the values (against one process training the whole batch, with either
+    ``zero_grad`` mode), one all-reduce per gradient per step, the overlap (the all-reduce of a
+    layer's gradient must be launched, and not waited on, before the backward reaches the layer
+    below it), and that no handle of an old step is still held after a few steps.
     """
 
     def __init__(self, module: torch.nn.Module):

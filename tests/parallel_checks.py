@@ -94,8 +94,12 @@ def assert_optimizer_state_close(got: dict, expected: dict, *, what: str, contex
 
 def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
             lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
-            rows: int = 6, backend: str = "gloo") -> list[dict]:
+            rows: int = 6, backend: str = "gloo", set_to_none: bool = True) -> list[dict]:
     """Train ``model`` with DDP ``variant`` on ``world_size`` ranks and check it against one process.
+
+    ``set_to_none``: how the training loop clears gradients before each step
+    (``optimizer.zero_grad(set_to_none=...)``); with False the same ``.grad`` tensors live on
+    from step to step, so a gradient averaged twice shows in the values.
 
     Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
     "flat", whose ranks start equal); after the first step's synchronisation every rank's
@@ -105,9 +109,10 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
     settings = dict(variant=variant, model=model, init_state=init, inputs=inputs, targets=targets, steps=steps,
-                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api)
+                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api, set_to_none=set_to_none)
     context = (f"{variant} DDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
-               f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else ""))
+               f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else "")
+               + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))"))
     context += f", {backend}"
     ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
                      context)
@@ -169,6 +174,129 @@ def describe(events: list[tuple]) -> str:
     return "\n  ".join(map(str, events))
 
 
+def waits_of(events: list[tuple], launch: int) -> list[int]:
+    """Indices in ``events`` of the waits on the handle of the collective logged at index ``launch``."""
+    return [i for i, e in enumerate(events) if e[0] == "wait" and e[3] == launch]
+
+
+def assert_not_waited_before(events: list[tuple], launch: int, marker: tuple, what: str, step: int) -> None:
+    """The handle of the collective logged at ``launch`` is not waited on before ``marker`` (searched from ``launch``).
+
+    An all-reduce launched from a hook and waited on at once blocks the backward until every
+    rank has sent its share: nothing overlaps, whatever the launch order says.
+    """
+    reached = events.index(marker, launch)
+    early = [i for i in waits_of(events, launch) if i < reached]
+    assert not early, (
+        f"{what}: its handle was waited on (work.wait()) before the backward reached {marker}: the backward stood "
+        f"still until the all-reduce finished, so nothing overlapped. Keep the handle and wait for it only in "
+        f"finish_gradient_synchronization (ddp_on_after_backward); events of step {step}:\n  "
+        f"{describe(step_events(events, step))}")
+
+
+def check_overlap(ranks: list[dict], model: str, steps: int) -> None:
+    """Each trainable layer's all-reduce of 'chain' or 'frozen_chain' is launched, and left running, during the backward.
+
+    For every step and rank: one asynchronous all-reduce per trainable weight (none for the
+    frozen one); layer i's (i >= 1) launched before the backward reaches layer i - 1, and its
+    handle not waited on before then either.
+    """
+    frozen = models.FrozenChain.FROZEN_LAYER if model == "frozen_chain" else None
+    numels = [a * b for a, b in zip(models.CHAIN_WIDTHS, models.CHAIN_WIDTHS[1:])]
+    trainable = [layer for layer in range(len(numels)) if layer != frozen]
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            where = f"rank {rank}, step {step} of the {model!r} model"
+            got = all_reduces(events, ("backward_begin", step), ("synced", step))
+            assert_same_numels(got, [numels[layer] for layer in trainable], where + (
+                f" (layer {frozen}'s weight of {numels[frozen]} elements is frozen: it has no gradient to all-reduce)"
+                if frozen is not None else ""))
+            start = events.index(("step", step))
+            for layer in (layer for layer in trainable if layer >= 1):
+                launched = launch_position(events, numels[layer], step)
+                reached = ("backward_reached", layer - 1)
+                assert launched < events.index(reached, start), (
+                    f"{where}: layer {layer}'s gradient all-reduce ({numels[layer]} elements) must be launched as "
+                    f"soon as its gradient is ready, before the backward reaches layer {layer - 1}; events:\n  "
+                    f"{describe(step_events(events, step))}")
+                assert events[launched][3], (
+                    f"{where}: launch the all-reduces with async_op=True, or each one blocks the backward until every "
+                    f"rank has sent its gradient; events:\n  {describe(step_events(events, step))}")
+                assert_not_waited_before(events, launched, reached,
+                                         f"{where}: layer {layer}'s all-reduce ({numels[layer]} elements)", step)
+
+
+def assert_handles_released(ranks: list[dict], steps: int, context: str) -> None:
+    """After step s's synchronisation, no rank still holds a handle launched before step s - 1.
+
+    A wrapper may keep the current step's handles (or the previous step's) until the next step;
+    one that keeps every handle in a list it never clears grows every step, and waits and
+    divides old gradients again in every later step.
+    """
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        starts = [events.index(("step", s)) for s in range(steps)]
+        for s in range(steps):
+            marker = next(e for e in events if e[0] == "live_handles" and e[1] == s)
+            old = [i for i in marker[2] if s >= 2 and i < starts[s - 1]]
+            assert not old, (
+                f"{context}; rank {rank}: after step {s}'s synchronisation the wrapper still holds "
+                f"{len(old)} handles of all-reduces launched in earlier steps (before step {s - 1}); its state grows "
+                f"every step. Forget the handles once they are waited on (clear the list in "
+                f"finish_gradient_synchronization), or the next step waits for them, and divides their gradients, "
+                f"again; live handles after each step: "
+                f"{[(e[1], len(e[2])) for e in events if e[0] == 'live_handles']}")
+
+
+FROZEN_CHAIN_NUMELS = {4: 55, 3: 99, 1: 168, 0: 120}
+"""The trainable weights of 'frozen_chain' (layer: elements), last layer first; layer 2's 126 are frozen."""
+
+
+def check_frozen_weight_left_out_of_buckets(adapters, world_size: int, bucket_bytes: int, buckets: list[int],
+                                            steps: int = 2) -> None:
+    """Bucketed DDP of 'frozen_chain': exactly ``buckets`` (elements) all-reduced, the first one during the backward.
+
+    The frozen weight belongs to no bucket: it takes no room there, so the buckets are those of
+    the four trainable weights alone, and the last layers' bucket fills (and is launched, and
+    left running) before the backward reaches the frozen layer.
+    """
+    ranks = run_ddp(adapters, "bucketed", "frozen_chain", world_size, bucket_size_mb=bucket_bytes / 2**20, steps=steps)
+    first = buckets[0]
+    lowest = min(layer for layer in FROZEN_CHAIN_NUMELS if sum(
+        n for l, n in FROZEN_CHAIN_NUMELS.items() if l >= layer) == first)
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            where = (f"rank {rank}, step {step}, bucket_size_mb = {bucket_bytes} bytes / 2**20, the 'frozen_chain' model "
+                     f"(trainable weights of 55, 99, 168 and 120 elements, last layer first; layer 2's 126 elements "
+                     f"are frozen and belong to no bucket)")
+            got = all_reduces(events, ("backward_begin", step), ("synced", step))
+            assert_same_numels(got, buckets, where)
+            launched = launch_position(events, first, step)
+            marker = ("backward_reached", lowest - 1)
+            assert launched < events.index(marker, events.index(("step", step))), (
+                f"{where}: the bucket of the last layers ({first} elements) is full once layer {lowest}'s gradient "
+                f"exists: launch it then, before the backward reaches layer {lowest - 1} (a frozen weight never "
+                f"gets a gradient: a bucket that waits for it fills only at the end); events:\n  "
+                f"{describe(step_events(events, step))}")
+            assert_not_waited_before(events, launched, marker, f"{where}: the bucket of {first} elements", step)
+
+
+def check_state_stays_bounded(adapters, variant: str, *, set_to_none: bool, world_size: int = 2, steps: int = 4,
+                              bucket_size_mb: float | None = None) -> None:
+    """Train ``steps`` steps of the 'frozen' model (SGD) clearing gradients with ``set_to_none``; values and handles.
+
+    With ``set_to_none=False`` the gradients are zeroed in place, so a wrapper that waits for,
+    and divides, a previous step's gradients again ends with the wrong parameters; with either
+    mode, the handles of earlier steps must be released (``assert_handles_released``).
+    """
+    ranks = run_ddp(adapters, variant, "frozen", world_size, steps=steps, bucket_size_mb=bucket_size_mb,
+                    set_to_none=set_to_none)
+    assert_handles_released(ranks, steps, f"{variant} DDP of the 'frozen' model, {steps} steps, "
+                                          f"zero_grad(set_to_none={set_to_none})")
+
+
 PROFILE_SETTINGS = {"width": 2048, "layers": 12, "rows": 256}
 """The stack ``ddp_profile`` trains: 12 gradients of 16 MiB, each worth an all-reduce of its own."""
 
@@ -228,7 +356,7 @@ def judge_overlap(kernels: list, where: str) -> None:
 
 def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "AdamW",
                           lr: float = 0.05, split_at: int | None = None, add_group_at: int | None = None,
-                          seed: int = 0, rows: int = 6) -> list[dict]:
+                          seed: int = 0, rows: int = 6, check_zero_grad: bool = False) -> list[dict]:
     """Train ``model`` with the sharded optimizer on ``world_size`` ranks and check it against the plain one.
 
     ``split_at``: the parameters (in ``named_parameters()`` order) are split there into two
@@ -236,7 +364,8 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     step ``add_group_at``. Checks every rank's final state, and its local optimizers' state,
     against one process with the plain optimizer (each parameter with state there has it on some
     rank), and that the local optimizers' parameters split the parameters exactly (each
-    owned by one rank, state only for owned ones, no rank owning all). Returns the ranks' results.
+    owned by one rank, state only for owned ones, no rank owning all). ``check_zero_grad``: also
+    check ``check_sharded_zero_grad``. Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
@@ -281,7 +410,27 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
         assert all(len(o) < len(names) for o in owned), (
             f"a rank's local optimizer holds every parameter: the state is not sharded ({owned}; {context})")
         assert all(o for o in owned), f"a rank owns no parameter although there are enough: {owned} ({context})"
+    if check_zero_grad:
+        check_sharded_zero_grad(ranks, context)
     return ranks
+
+
+def check_sharded_zero_grad(ranks: list[dict], context: str) -> None:
+    """The sharded optimizer's ``zero_grad`` cleared every parameter's gradient, owned by this rank or not.
+
+    A ``zero_grad`` that clears only the local optimizer's parameters leaves the others'
+    gradients to accumulate step after step; under a DDP, whose all-reduce then averages stale
+    sums, the owners step with wrong gradients.
+    """
+    for rank, result in enumerate(ranks):
+        left = result["value"]["zero_grad"]
+        owned = result["value"]["owned"]
+        for mode, names in (("set_to_none=True", left["set_to_none"]), ("set_to_none=False", left["in_place"])):
+            assert not names, (
+                f"{context}; rank {rank}: after the sharded optimizer's zero_grad({mode}), {names} still hold a "
+                f"gradient ({'not None' if mode.endswith('True') else 'not all zeros'}); zero_grad must clear every "
+                f"parameter's gradient, not only those this rank owns ({owned}): the inherited "
+                f"torch.optim.Optimizer.zero_grad does")
 
 
 # -- FSDP ------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Buckets are filled in the reverse of ``parameters()``'s order; a bucket closes when the next
 parameter would take it over the limit. With the 'chain' model (weights of 120, 168, 126, 99
-and 55 float32 elements) the tests know exactly which all-reduces to expect.
+and 55 float32 elements) the tests know exactly which all-reduces to expect; 'frozen_chain'
+freezes the 126-element weight, which must stay out of every bucket. The wrapper's state stays
+bounded over steps, with gradients zeroed in place too.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from tests.executor.probes.parallel_models import CHAIN_WIDTHS
-from tests.parallel_checks import all_reduces, assert_same_numels, describe, run_ddp, step_events
+from tests.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
+                                   check_frozen_weight_left_out_of_buckets, check_state_stays_bounded, describe,
+                                   run_ddp, step_events)
 
 CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
 MIB = 2**20
@@ -44,3 +48,13 @@ def test_ddp_bucketed_launches_a_full_bucket_during_the_backward(adapters):
         assert first is not None and first < reached, (
             f"rank {rank}: the bucket of the last two layers is full once their gradients exist; its all-reduce "
             f"must start then, before the backward reaches layer 1; events:\n  {describe(events)}")
+        assert_not_waited_before(result["events"], result["events"].index(events[first]),
+                                 ("backward_reached", 1), f"rank {rank}: the bucket of the last two layers", 0)
+
+
+def test_ddp_bucketed_leaves_frozen_weights_out_of_buckets(adapters):
+    check_frozen_weight_left_out_of_buckets(adapters, 2, 4 * (55 + 99 + 168), [55 + 99 + 168, 120])
+
+
+def test_ddp_bucketed_state_stays_bounded_over_steps(adapters):
+    check_state_stays_bounded(adapters, "bucketed", set_to_none=False, bucket_size_mb=4 * 200 / MIB)

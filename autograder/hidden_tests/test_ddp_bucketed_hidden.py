@@ -1,11 +1,15 @@
 """Hidden tests of §3.5 ddp_bucketed: the provided LM, a bucket that never fills (an unused parameter),
-one bucket per parameter, three layers exactly at the limit, and the overlap on 3 ranks."""
+one bucket per parameter, three layers exactly at the limit, the overlap on 3 ranks (launched
+during the backward and not waited on there), a frozen weight left out of the buckets, and state
+that stays bounded over steps."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.parallel_checks import all_reduces, assert_same_numels, describe, run_ddp, step_events
+from tests.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
+                                   check_frozen_weight_left_out_of_buckets, check_state_stays_bounded, describe,
+                                   run_ddp, step_events)
 
 MIB = 2**20
 
@@ -41,3 +45,20 @@ def test_ddp_bucketed_overlap_with_one_bucket_per_layer(adapters):
                 assert launched < events.index(("backward_reached", layer - 1)), (
                     f"rank {rank}, step {step}: the bucket of layer {layer} is full once its gradient exists; launch "
                     f"it before the backward reaches layer {layer - 1}; events:\n  {describe(events)}")
+                everything = result["events"]
+                assert_not_waited_before(everything, everything.index(events[launched], everything.index(("step", step))),
+                                         ("backward_reached", layer - 1), f"rank {rank}, step {step}: the bucket of "
+                                         f"layer {layer}", step)
+
+
+@pytest.mark.parametrize(("bucket_bytes", "buckets"), [
+    (4 * (55 + 99 + 126), [55 + 99, 168, 120]),   # with the frozen 126 counted, 55 + 99 + 126 would fit exactly
+    (4 * (55 + 99 + 168), [55 + 99 + 168, 120]),
+])
+def test_ddp_bucketed_leaves_frozen_weights_out(adapters, bucket_bytes, buckets):
+    check_frozen_weight_left_out_of_buckets(adapters, 3, bucket_bytes, buckets)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed_in_place"])
+def test_ddp_bucketed_state_stays_bounded(adapters, set_to_none):
+    check_state_stays_bounded(adapters, "bucketed", set_to_none=set_to_none, world_size=3, bucket_size_mb=4 * 200 / MIB)

@@ -1,5 +1,6 @@
 """Hidden tests of §3.6 optimizer_state_sharding: the provided LM on 3 ranks, SGD, groups added later on 3 ranks,
-more ranks than some groups have parameters, and repeated runs."""
+more ranks than some groups have parameters (the first group and a later one), zero_grad clearing
+every gradient, and repeated runs."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ def test_sharded_optimizer_group_added_later_on_three_ranks(adapters, model, spl
 @pytest.mark.parametrize("attempt", range(2))
 def test_sharded_optimizer_repeated(adapters, attempt):
     run_sharded_optimizer(adapters, "chain", 3, seed=attempt + 5)
+
+
+@pytest.mark.parametrize("world_size", [3])
+def test_sharded_optimizer_zero_grad_clears_every_gradient(adapters, world_size):
+    run_sharded_optimizer(adapters, "frozen", world_size, steps=2, check_zero_grad=True)
+
+
+@pytest.mark.parametrize(("split_at", "add_group_at"), [(2, 2), (4, 1)], ids=["first_group", "later_group"])
+def test_sharded_optimizer_fewer_parameters_than_ranks(adapters, split_at, add_group_at):
+    # 'chain' has 5 weights: split at 2, the first group has 2 on 3 ranks; at 4, the group added later has 1.
+    run_sharded_optimizer(adapters, "chain", 3, steps=3, split_at=split_at, add_group_at=add_group_at)

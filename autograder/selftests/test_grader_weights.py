@@ -1,5 +1,6 @@
 """Per-test weights: in each FlashAttention-2 problem, correctness carries at least 80% of the
-points and input validation at most 10%.
+points and input validation at most 10%; in optimizer_state_sharding, the tests of groups with
+fewer parameters than ranks carry at least 25%.
 
 Staff only. Points of a problem are shared among its tests (visible and hidden, GPU ones too) in
 proportion to the weights of autograder/manifest.toml (``weights`` patterns, 1 by default);
@@ -64,3 +65,22 @@ def test_validation_tests_are_still_graded(collected):
     """The weights shrink validation's share; they never drop it to 0."""
     for problem in ("flash_forward_pytorch", "flash_forward_triton"):
         assert _shares(problem, collected)["validation"] > 0.02, problem
+
+
+FEWER_THAN_RANKS = ("fewer_parameters_than_ranks", "group_added_later_on_three_ranks[chain-1-1]")
+"""The optimizer_state_sharding tests whose first or later group has fewer parameters than ranks."""
+
+
+def test_fewer_parameters_than_ranks_carries_a_real_share():
+    """A sharded optimizer that crashes when some rank owns nothing of a group loses at least 25% of §3.6."""
+    files = ["tests/test_optimizer_state_sharding.py", "autograder/hidden_tests/test_optimizer_state_sharding_hidden.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "--submission", "reference", *files], cwd=KIT, capture_output=True, text=True, timeout=300)
+    ids = [line.strip() for line in done.stdout.splitlines() if "::" in line]
+    assert ids, f"collected nothing:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    problem = MANIFEST.by_name["optimizer_state_sharding"]
+    weight = {nodeid: problem.weight_of(f"{Path(nodeid.partition('::')[0]).name}::{nodeid.partition('::')[2]}")
+              for nodeid in ids}
+    fewer = sum(w for nodeid, w in weight.items() if any(key in nodeid for key in FEWER_THAN_RANKS))
+    share = fewer / sum(weight.values())
+    assert 0.25 <= share <= 0.5, f"the fewer-parameters-than-ranks tests carry {share:.0%} of optimizer_state_sharding"

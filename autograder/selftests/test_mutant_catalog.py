@@ -35,7 +35,8 @@ CUDA = torch.cuda.is_available()
 MIN_CPU_MUTANTS = 15
 WORKERS = 2
 # CS336_MUTANTS=name,name runs only those mutants, and the base only on their caught_by tests
-# (a quick GPU check of the gpu_only ones); unset, everything runs.
+# (a quick GPU check of the gpu_only ones); unset, everything runs. Names of data-parallel
+# mutants are run by test_distributed_mutants.py instead.
 ONLY = [name for name in os.environ.get("CS336_MUTANTS", "").split(",") if name]
 
 
@@ -68,9 +69,13 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     """Run the base on every hidden FlashAttention-2 test and each checkable mutant on its
     caught_by tests, WORKERS at a time; return {"base" or mutant name: outcomes}."""
     root = tmp_path_factory.mktemp("mutant_runs")
-    unknown = set(ONLY) - {m.name for m in MUTANTS}
+    from autograder.fixtures.mutants.catalog import DISTRIBUTED_MUTANTS  # run by test_distributed_mutants.py
+
+    unknown = set(ONLY) - {m.name for m in MUTANTS} - {m.name for m in DISTRIBUTED_MUTANTS}
     assert not unknown, f"CS336_MUTANTS names unknown mutants {sorted(unknown)}"
     chosen = [m for m in MUTANTS if m.name in ONLY] if ONLY else MUTANTS
+    if not chosen:
+        pytest.skip("CS336_MUTANTS names only data-parallel mutants: test_distributed_mutants.py runs those")
     base_targets = sorted({node for m in chosen for node in m.caught_by}) if ONLY else list(HIDDEN_FLASH_FILES)
     jobs = [{"name": "base", "submission": str(BASE_DIR), "targets": base_targets}]
     for mutant in chosen:

@@ -7,7 +7,11 @@ must broadcast, trains on its own slice of the batch (rank r takes rows r*n/worl
 (r+1)*n/world_size), and reports its parameters and buffers right after wrapping, its
 gradients after the first step's synchronisation, its final state, and its event log (see
 ``parallel_launch``) with these markers: ("step", s), ("backward_begin", s),
-("backward_end", s), ("synced", s), plus ("backward_reached", layer) from the models.
+("backward_end", s), ("synced", s), plus ("backward_reached", layer) from the models, the
+("wait", ...) events of the collectives' handles, and after each step's synchronisation
+("live_handles", s, launch indices of the asynchronous handles the submission still holds).
+Gradients are cleared with ``zero_grad(set_to_none=...)`` as the settings say (True unless
+asked otherwise).
 
 Variants and the adapters they call:
 
@@ -28,7 +32,7 @@ from typing import Any
 import torch
 
 from . import parallel_models as models
-from .parallel_launch import launch, record
+from .parallel_launch import launch, live_handles, record
 
 VARIANTS = ("naive", "flat", "individual", "bucketed")
 
@@ -62,7 +66,7 @@ def optimizer_state_of(optimizers, names: dict[int, str]) -> dict[str, torch.Ten
 
 def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: str, model: str,
                init_state: dict, inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str,
-               lr: float, bucket_size_mb: float | None = None, api: str = "2026") -> dict:
+               lr: float, bucket_size_mb: float | None = None, api: str = "2026", set_to_none: bool = True) -> dict:
     """One rank's training run (a job of ``parallel_launch``)."""
     net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES))
     net.load_state_dict(init_state if variant == "flat" else models.perturbed(init_state, rank))
@@ -95,13 +99,14 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: st
     for step in range(steps):
         record("step", step)
         at_start(wrapped, opt)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=set_to_none)
         loss = models.loss_of(model, wrapped(x), y)
         record("backward_begin", step)
         loss.backward()
         record("backward_end", step)
         after_sync(wrapped, opt)
         record("synced", step)
+        record("live_handles", step, tuple(live_handles()))
         if step == 0:
             grads = grads_of(net)
         opt.step()

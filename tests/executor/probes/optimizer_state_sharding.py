@@ -6,8 +6,10 @@ gradients are equal, as after a DDP's synchronisation); the sharded optimizer th
 exactly like the plain one. The ``optimizer_cls`` handed to the submission is a subclass of
 AdamW or SGD defined here, whose instances (the submission's local optimizers) report which
 parameters they hold and step, and which hold state. Each rank returns its final state, the
-names of the parameters its local optimizers own and hold state for, and the number of local
-optimizers it made.
+names of the parameters its local optimizers own and hold state for, the number of local
+optimizers it made, and what the sharded optimizer's ``zero_grad`` left behind: after the last
+step, the names of the parameters whose ``.grad`` survived ``zero_grad(set_to_none=True)``, and
+after one more backward, those whose ``.grad`` is not all zeros after ``zero_grad(set_to_none=False)``.
 """
 
 from __future__ import annotations
@@ -64,10 +66,16 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
         opt.zero_grad(set_to_none=True)
         models.loss_of(model, net(x), y).backward()
         opt.step()
+    opt.zero_grad(set_to_none=True)
+    not_cleared = sorted(name for name, p in params.items() if p.grad is not None)
+    models.loss_of(model, net(x), y).backward()
+    opt.zero_grad(set_to_none=False)
+    not_zeroed = sorted(name for name, p in params.items() if p.grad is not None and bool(p.grad.any()))
     owned = sorted(name for local in INSTANCES for name in _names(local))
     with_state = sorted(NAMES.get(id(p), "?") for local in INSTANCES for p, state in local.state.items() if state)
     return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(INSTANCES),
-            "optimizer_state": optimizer_state_of(INSTANCES, NAMES)}
+            "optimizer_state": optimizer_state_of(INSTANCES, NAMES),
+            "zero_grad": {"set_to_none": not_cleared, "in_place": not_zeroed}}
 
 
 def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0, backend: str = "gloo") -> dict:

@@ -2,12 +2,15 @@
 
 Read by the probes of part 2 (``ddp.py``, ``optimizer_state_sharding.py``, ``fsdp.py``), which
 call :func:`launch` with the name of a *job*: a function of one of this package's modules that
-one rank runs. ``launch`` starts ``world_size`` processes (from a fork server that has torch
+one rank runs (or, named by its full dotted path, a function of another module). ``launch`` starts ``world_size`` processes (from a fork server that has torch
 and its optimizers imported, so a run starts in a fraction of a second), each of which
 
 1. wraps torch.distributed's collectives so that every call is appended to this rank's event
    log (``EVENTS``) before it runs: (name, numel, dtype, async_op), where numel counts the whole
-   tensor communicated (a gather's output, a reduce-scatter's input);
+   tensor communicated (a gather's output, a reduce-scatter's input); the handle an
+   asynchronous call returns is wrapped too (:class:`Handle`), so that waiting on it appends
+   ("wait", name, numel, index of the call's event), and :func:`live_handles` says which
+   handles the submission still holds;
 2. imports the submission from its directory (the one holding the ``adapters`` module);
 3. joins a process group (gloo on the CPU; NCCL with one GPU per rank when asked);
 4. runs the job, and saves what it returns (plain data and CPU tensors) for the parent.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import gc
 import importlib
 import importlib.util
 import multiprocessing
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -72,22 +77,103 @@ def _dtype(value) -> str:
     return ""
 
 
+_HANDLES: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+
+
+class _Waits:
+    """What a wrapped handle or future records when it is waited on: ("wait", name, numel, launch index)."""
+
+    __slots__ = ("name", "numel", "launch")
+
+    def __init__(self, name: str, numel: int, launch: int):
+        self.name, self.numel, self.launch = name, numel, launch
+
+    def record(self) -> None:
+        record("wait", self.name, self.numel, self.launch)
+
+
+class _Future:
+    """A ``torch.futures.Future`` of a logged collective; ``wait()`` and ``value()`` are recorded."""
+
+    __slots__ = ("_future", "_waits")
+
+    def __init__(self, future, waits: _Waits):
+        self._future, self._waits = future, waits
+
+    @property
+    def __class__(self):  # isinstance(future, torch.futures.Future) still holds
+        return type(self._future)
+
+    def wait(self):
+        self._waits.record()
+        return self._future.wait()
+
+    def value(self):
+        self._waits.record()
+        return self._future.value()
+
+    def __getattr__(self, name):
+        return getattr(self._future, name)
+
+
+class Handle:
+    """The handle (``dist.Work``) of an asynchronous collective, as the submission receives it.
+
+    Behaves as the real one (every attribute is the real one's, ``isinstance(h, dist.Work)``
+    holds); ``wait()``, and waiting on ``get_future()``, append ("wait", name, numel, launch
+    index) to the event log, so that the harness can see when the backward waited for it.
+    """
+
+    __slots__ = ("_work", "_waits", "launch", "__weakref__")
+
+    def __init__(self, work, waits: _Waits):
+        self._work, self._waits, self.launch = work, waits, waits.launch
+
+    @property
+    def __class__(self):
+        return type(self._work)
+
+    def wait(self, *args, **kwargs):
+        self._waits.record()
+        return self._work.wait(*args, **kwargs)
+
+    def get_future(self):
+        return _Future(self._work.get_future(), self._waits)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def live_handles() -> list[int]:
+    """Launch indices (into the event log) of the asynchronous handles that are still referenced."""
+    gc.collect()
+    return sorted(handle.launch for handle in list(_HANDLES))
+
+
 def _logged(name: str, function: Callable) -> Callable:
     @functools.wraps(function)
     def logged(*args, **kwargs):
         global _depth
+        waits = None
         if _depth == 0:  # one event per call, even when one collective calls another
             # The size logged is the whole tensor communicated: a reduce-scatter's input (its second
             # argument), else the first argument (what is reduced, broadcast or gathered into).
             tensor = args[0] if args else next(iter(kwargs.values()), None)
             if name.startswith(("reduce_scatter", "_reduce_scatter")):
                 tensor = args[1] if len(args) > 1 else kwargs.get("input", kwargs.get("input_list", tensor))
-            record(_ALIASES.get(name, name), _numel(tensor), _dtype(tensor), bool(kwargs.get("async_op", False)))
+            async_op = bool(kwargs.get("async_op", False))
+            record(_ALIASES.get(name, name), _numel(tensor), _dtype(tensor), async_op)
+            if async_op and EVENTS is not None:
+                waits = _Waits(_ALIASES.get(name, name), _numel(tensor), len(EVENTS) - 1)
         _depth += 1
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
         finally:
             _depth -= 1
+        if waits is not None and result is not None and hasattr(result, "wait"):
+            result = Handle(result, waits)
+            _HANDLES.add(result)
+        return result
 
     return logged
 
@@ -140,8 +226,11 @@ def _worker(rank: int, world_size: int, backend: str, store: str, submission: st
             device = f"cuda:{rank}"
         dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
-        module_name, _, function = job.partition(".")
-        run = getattr(importlib.import_module(f"{__package__}.{module_name}"), function)
+        module_name, _, function = job.rpartition(".")
+        # "<module>.<function>" names a job of this package; a dotted module path names any
+        # importable module's function (a staff tool's rank job).
+        module = module_name if "." in module_name else f"{__package__}.{module_name}"
+        run = getattr(importlib.import_module(module), function)
         value = run(adapters, rank=rank, world_size=world_size, device=device, **kwargs)
         result = {"value": value, "events": list(EVENTS)}
     except BaseException as error:  # noqa: BLE001  everything a rank does wrong is reported, never raised

@@ -10,6 +10,8 @@ with). Each model is small, and each has a trap a data-parallel wrapper must han
 - ``tied``: one weight used by two layers (it must be reduced once, not twice);
 - ``chain``: five linear layers of distinct sizes, with markers that log when the backward
   reaches each layer (``("backward_reached", i)``), to judge whether communication overlaps it;
+- ``frozen_chain``: ``chain`` with layer 2's weight frozen (the backward still passes through
+  it): a wrapper must leave that weight out of its hooks, its buckets and its all-reduces;
 - ``lm``: the provided Transformer LM, tiny (built by the caller: ``adapters.get_transformer_lm``
   next to the submission, ``cs336_systems.model_sizes.build_model`` in the harness);
 - ``fsdp_chain``: an embedding, RMSNorm and four Linear layers of the provided model's classes
@@ -105,6 +107,16 @@ class Chain(nn.Module):
         return x
 
 
+class FrozenChain(Chain):
+    """``Chain`` whose layer 2 weight (126 elements) is frozen: no gradient, so no hook, no bucket, no all-reduce."""
+
+    FROZEN_LAYER = 2
+
+    def __init__(self):
+        super().__init__()
+        self.layers[self.FROZEN_LAYER].weight.requires_grad_(False)
+
+
 class FSDPChain(nn.Module):
     """token ids (batch, seq) -> logits (batch, seq, 37): embedding, norm, four Linear layers of ``model``'s classes."""
 
@@ -146,7 +158,7 @@ def fsdp_layer_of(numel: int) -> str | None:
             return name
     return None
 
-TOY_MODELS = {"frozen": Frozen, "tied": Tied, "chain": Chain}
+TOY_MODELS = {"frozen": Frozen, "tied": Tied, "chain": Chain, "frozen_chain": FrozenChain}
 
 
 def build(name: str, make_lm=None, model_module: Any = None, seed: int = 0) -> nn.Module:

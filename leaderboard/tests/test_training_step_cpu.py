@@ -1,0 +1,91 @@
+"""The training-step board's CPU dry run: the whole pipeline with gloo on two processes, and each fixture's verdict.
+
+Staff only (part of the kit's self-check). Runs each fixture of
+leaderboard/training_step/fixtures on the tiny config: the honest plain-DDP entry is accepted
+with a time; each cheat is refused by its own detector (and the reason names it). About 3 s a
+fixture on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from leaderboard.training_step.config import OFFICIAL, TINY, TINY_BF16
+from leaderboard.training_step.fixtures import FIXTURES
+from leaderboard.store import read_records
+from leaderboard.training_step.__main__ import main
+from leaderboard.training_step.run import run
+
+HERE = Path(__file__).resolve().parents[1] / "training_step" / "fixtures"
+ENTRY = Path(__file__).resolve().parents[1] / "training_step" / "reference_entry"
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_fixture_gets_its_verdict(fixture):
+    detector = FIXTURES[fixture]
+    outcome = run(HERE / fixture, TINY)
+    if detector is None:
+        assert outcome.accepted, f"{fixture} must be accepted; refused: {outcome.reasons}"
+        assert outcome.median_ms is not None and outcome.median_ms > 0
+        assert [len(t) for t in outcome.times_ms] == [TINY.rep_calls] * TINY.world_size
+    else:
+        assert not outcome.accepted, f"{fixture} must be refused by {detector}; it was accepted"
+        named = [reason for reason in outcome.reasons if reason.startswith(detector)]
+        assert named, f"{fixture} must be refused by {detector}; the reasons were {outcome.reasons}"
+
+
+@pytest.mark.parametrize("config", [TINY, TINY_BF16], ids=lambda c: c.name)
+def test_the_staff_entry_is_accepted(config):
+    """FSDP2, checkpointed blocks, fused attention and a chunked head with its loss pass the gate."""
+    outcome = run(ENTRY, config)
+    assert outcome.accepted, f"the staff entry must be accepted on {config.name}; refused: {outcome.reasons}"
+
+
+@pytest.mark.parametrize(("fixture", "accepted"), [("honest_plain_ddp", True), ("cheat_different_model", False),
+                                                   ("cheat_no_update", False)])
+def test_the_16_bit_gate(fixture, accepted):
+    """bf16: the updates are compared in norm; an honest step passes, a different model's updates do not."""
+    outcome = run(HERE / fixture, TINY_BF16)
+    assert outcome.accepted == accepted, (fixture, outcome.reasons)
+    if not accepted:
+        assert any(reason.startswith("gate") for reason in outcome.reasons), outcome.reasons
+
+
+def test_the_official_config_needs_its_trusted_fsdp_run():
+    with pytest.raises(NotImplementedError, match="trusted run is not built yet"):
+        run(ENTRY, OFFICIAL)
+
+
+def test_a_crash_is_refused_with_its_error(tmp_path):
+    (tmp_path / "cs336_systems").mkdir()
+    (tmp_path / "cs336_systems" / "__init__.py").write_text("")
+    (tmp_path / "adapters.py").write_text(
+        "def get_training_step(model, optimizer_settings, compute_dtype):\n"
+        "    raise RuntimeError('out of memory, pretend')\n")
+    outcome = run(tmp_path, TINY)
+    assert not outcome.accepted and any("crash" in r and "pretend" in r for r in outcome.reasons), outcome.reasons
+
+
+def test_a_directory_without_adapters_is_not_a_submission(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no adapters.py"):
+        run(tmp_path, TINY)
+
+
+def test_the_official_config_is_cs336_2026s():
+    assert (OFFICIAL.d_model, OFFICIAL.d_ff, OFFICIAL.num_layers, OFFICIAL.num_heads, OFFICIAL.vocab_size) == (
+        4096, 11008, 34, 32, 151936)
+    assert (OFFICIAL.batch_size, OFFICIAL.context_length, OFFICIAL.compute_dtype, OFFICIAL.world_size) == (
+        2, 32768, "bfloat16", 2)
+    assert OFFICIAL.time_limit_s == 600
+
+
+def test_the_cli_dry_run_records_the_run_with_its_stack(tmp_path, capsys):
+    store = tmp_path / "records.jsonl"
+    status = main(["run", str(HERE / "cheat_no_update"), "--dry-run", "--name", "cheater", "--store", str(store)])
+    assert status == 1 and "no_update" in capsys.readouterr().out
+    [entry] = read_records(store)
+    assert entry["name"] == "cheater" and not entry["accepted"] and entry["mode"] == "tiny"
+    assert any(reason.startswith("no_update") for reason in entry["refusals"])
+    assert entry["stack"]["backend"] == "gloo" and entry["stack"]["torch"] and entry["time_ms"] is None

@@ -1,0 +1,56 @@
+"""``python -m leaderboard.training_step run SUBMISSION [--dry-run | --small | --trial] [--name N] [--store FILE]``.
+
+Judges and times one submission, prints the verdict, and appends the run's record (with the
+stack and the devices) to the store. Exit status: 0 accepted, 1 refused, 2 cannot run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .run import DEFAULT_STORE, record, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leaderboard.training_step")
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("run", help="check, then time, one submission's training step")
+    one.add_argument("submission")
+    one.add_argument("--name", help="the entry's name in the store (default: the submission folder's name)")
+    one.add_argument("--store", help=f"records file (default {DEFAULT_STORE}; dry runs are recorded only with --store)")
+    mode = one.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="CPU: the tiny config with gloo (the pipeline only)")
+    mode.add_argument("--trial", action="store_true", help="the official config with short timings")
+    mode.add_argument("--small", action="store_true", help="2 GPUs: the official shape in small, bf16 (a trusted "
+                                                           "run that fits one GPU)")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        outcome = run(args.submission, "tiny", backend="gloo")
+    else:
+        import torch
+
+        if torch.cuda.device_count() < 2:
+            print("the official run needs two CUDA GPUs; use --dry-run on a CPU", file=sys.stderr)
+            return 2
+        name = "small" if args.small else "trial" if args.trial else "official"
+        try:
+            outcome = run(args.submission, name, backend="nccl")
+        except NotImplementedError as error:
+            print(error, file=sys.stderr)
+            return 2
+    if args.store or not args.dry_run:
+        from pathlib import Path
+
+        record(outcome, args.name or Path(args.submission).resolve().name, args.submission,
+               args.store or DEFAULT_STORE)
+    if outcome.accepted:
+        print(f"accepted: {outcome.median_ms:.3f} ms a step (median, slowest rank; {outcome.config}, "
+              f"{outcome.backend}; run took {outcome.seconds:.1f} s)")
+        return 0
+    print("refused:\n  " + "\n  ".join(outcome.reasons))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
