@@ -1,6 +1,6 @@
 """Grade, on a GPU runner, the attacks whose verdict only a GPU can give, and check each scores 0.
 
-Run from the repo root as root: ``python3 gpu_checks/attacks_gpu.py OUTDIR``. The catalog's
+Run from the repo root as root: ``python3 gpu_checks/attacks_gpu.py OUTDIR [NAME ...]``. The catalog's
 attacks on Triton and torch.compile credit (``GPU_ATTACKS``: on a GPU the tests run the compiled,
 bf16 and large cases too) and the leaderboard's ``cheat_flex_attention`` (a "Triton" Function that
 is FlexAttention, whose inductor kernels are named ``triton_*``). Each is graded on the problems
@@ -41,7 +41,8 @@ def _verdict(results: dict, attacked: list[str], patterns: list[str], control: l
     return earned, lost
 
 
-def main(out: Path) -> int:
+def main(out: Path, only: list[str] | None = None) -> int:
+    """Grade each attack (only those named in ``only``, when given) and print its verdict."""
     from autograder.fixtures.attacks.catalog import ATTACKS
 
     root = Path(tempfile.mkdtemp(prefix="gpu-attacks-"))
@@ -52,6 +53,7 @@ def main(out: Path) -> int:
     cases = [(name, materialize(name, root / name), list(by_name[name].attacked), list(by_name[name].attacked_tests),
               list(by_name[name].partly_attacked), list(by_name[name].control)) for name in GPU_ATTACKS]
     cases.append(("cheat_flex_attention", flex, ["flash_forward_triton"], [], [], []))
+    cases = [case for case in cases if not only or case[0] in only]
     failed = False
     for name, submission, attacked, patterns, partly, control in cases:
         report = grade(GradeOptions(submission=submission, out=out / name, problems=attacked + partly + control,
@@ -67,4 +69,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2:]))
