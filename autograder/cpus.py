@@ -1,6 +1,6 @@
 """How many CPUs this process may really use: for sizing the grade's jobs and threads.
 
-Read by staff sizing a runner. ``os.cpu_count()`` counts the host's CPUs, which in a container
+Read by the grader (autograder/grade.py sizes its jobs and threads with it) and staff sizing a runner. ``os.cpu_count()`` counts the host's CPUs, which in a container
 (a Gradescope runner, a Slurm job) can be many more than the process may run on. The usable
 count is the smaller of the CPUs in this process's affinity mask (``os.sched_getaffinity``)
 and the cgroup's CPU quota, rounded up: cgroup v2's ``cpu.max`` ("QUOTA PERIOD", or "max") or
@@ -16,42 +16,41 @@ from pathlib import Path
 CGROUP = Path("/sys/fs/cgroup")
 
 
-def _quota_v2(text: str) -> float | None:
-    parts = text.split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
-    return int(parts[0]) / int(parts[1])
-
-
 def cgroup_cpu_limit(root: Path = CGROUP, proc_cgroup: str | None = None) -> float | None:
-    """The cgroup's CPU quota in CPUs (1.5 for "150000 100000"), or None when there is none or it cannot be read."""
+    """The CPUs this process's cgroup may use (1.5 for "150000 100000"), from its CPU quota at the
+    tightest level between its own cgroup and the root; None when there is none or it cannot be read.
+    ``proc_cgroup``: the text of /proc/self/cgroup (read when None)."""
     try:
         lines = (proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text()).splitlines()
     except OSError:
         lines = []
-    for line in lines:  # cgroup v2: "0::/path"
-        if line.startswith("0::"):
-            relative = line[3:].lstrip("/")
-            folder = root / relative if relative else root
-            while True:  # the tightest quota on the way up counts; walk to the root
-                try:
-                    quota = _quota_v2((folder / "cpu.max").read_text())
-                except (OSError, ValueError):
-                    quota = None
-                if quota is not None:
-                    return quota
-                if folder == root or root not in folder.parents:
-                    break
-                folder = folder.parent
-    for name in ("cpu", "cpu,cpuacct"):  # cgroup v1
+    candidates: list[tuple[Path, str]] = []  # (folder, "v2" or "v1")
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        relative = path.lstrip("/")
+        levels = [relative, *map(str, Path(relative).parents)] if relative else [""]
+        if hierarchy == "0" and controllers == "":
+            candidates += [(root / level, "v2") for level in levels]
+        elif "cpu" in controllers.split(","):
+            candidates += [(base / level, "v1") for base in (root / "cpu,cpuacct", root / "cpu") for level in levels]
+    limits = []
+    for folder, version in candidates:
         try:
-            quota = int((root / name / "cpu.cfs_quota_us").read_text())
-            period = int((root / name / "cpu.cfs_period_us").read_text())
+            if version == "v2":
+                quota, period = (folder / "cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    limits.append(int(quota) / int(period))
+            else:
+                quota = int((folder / "cpu.cfs_quota_us").read_text())
+                period = int((folder / "cpu.cfs_period_us").read_text())
+                if quota > 0 and period > 0:
+                    limits.append(quota / period)
         except (OSError, ValueError):
             continue
-        if quota > 0 and period > 0:
-            return quota / period
-    return None
+    return min(limits) if limits else None
 
 
 def usable_cpus(root: Path = CGROUP, proc_cgroup: str | None = None) -> int:

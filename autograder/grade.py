@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
-import math
 import os
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import uid_pool
+from autograder.cpus import usable_cpus
 from autograder.manifest import Manifest, load_manifest
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
 from autograder.results import (
@@ -242,58 +242,6 @@ def _gpu_memory_gib() -> float | None:
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     return min(sizes) / 1024 if answer.returncode == 0 and sizes else None
-
-
-def _cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup"), cgroup_file: Path = Path("/proc/self/cgroup")) -> float | None:
-    """The CPUs this process's cgroup may use, from its CPU quota (cgroup v2 ``cpu.max``, or v1
-    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), at the tightest level up to the root; None if unlimited."""
-    try:
-        lines = cgroup_file.read_text().splitlines()
-    except OSError:
-        lines = []
-    candidates: list[tuple[Path, str]] = []  # (folder, "v2" or "v1")
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hierarchy, controllers, path = parts
-        relative = path.lstrip("/")
-        if hierarchy == "0" and controllers == "":
-            folders = [root / relative] + [root / p for p in map(str, Path(relative).parents)]
-            candidates += [(folder, "v2") for folder in folders]
-        elif "cpu" in controllers.split(","):
-            for base in (root / "cpu,cpuacct", root / "cpu"):
-                folders = [base / relative] + [base / p for p in map(str, Path(relative).parents)]
-                candidates += [(folder, "v1") for folder in folders]
-    limits = []
-    for folder, version in candidates:
-        try:
-            if version == "v2":
-                quota, period = (folder / "cpu.max").read_text().split()[:2]
-                if quota != "max":
-                    limits.append(int(quota) / int(period))
-            else:
-                quota = int((folder / "cpu.cfs_quota_us").read_text())
-                period = int((folder / "cpu.cfs_period_us").read_text())
-                if quota > 0 and period > 0:
-                    limits.append(quota / period)
-        except (OSError, ValueError):
-            continue
-    return min(limits) if limits else None
-
-
-def usable_cpus() -> int:
-    """The CPUs this grade may actually keep busy: those its affinity mask allows
-    (``sched_getaffinity``), fewer when its cgroup's CPU quota is smaller (rounded up, at least 1).
-    ``os.cpu_count()`` counts the host's CPUs, which a container or a batch job may not get."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_cpu_limit()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.ceil(quota - 1e-9)))
-    return max(1, cpus)
 
 
 def _default_jobs() -> int:

@@ -34,7 +34,7 @@ def test_a_parents_quota_counts_and_v1_is_read(tmp_path):
     (v1 / "cpu").mkdir(parents=True)
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("300000\n")
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert cgroup_cpu_limit(v1, "") == 3.0
+    assert cgroup_cpu_limit(v1, "4:cpu:/\n") == 3.0
 
 
 def test_the_affinity_mask_counts_not_the_hosts_cpus(tmp_path):

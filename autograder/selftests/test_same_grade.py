@@ -2,7 +2,7 @@
 
 Read by staff changing how examples are drawn (tests/example_seeds.py), how time is charged
 (tests/executor/cpu_clock.py, autograder/runner.py), how many chains a grade runs
-(autograder/grade.py ``usable_cpus``), what survives from one test to the next
+(autograder/cpus.py ``usable_cpus``), what survives from one test to the next
 (tests/executor/client.py), what a failure says (tests/flash_cases.py, autograder/results.py) and
 what a bad-input test credits (tests/flash_bad_inputs.py). Every check runs on a CPU.
 """
@@ -126,29 +126,31 @@ def test_a_timeout_in_a_fuzz_test_names_the_example_that_timed_out(tmp_path):
 
 
 def test_usable_cpus_follow_the_cgroup_quota(tmp_path, monkeypatch):
-    from autograder import grade as grade_module
+    from autograder.cpus import cgroup_cpu_limit
 
     (tmp_path / "sys" / "job").mkdir(parents=True)
     (tmp_path / "sys" / "cpu.max").write_text("max 100000\n")
     (tmp_path / "sys" / "job" / "cpu.max").write_text("150000 100000\n")
     cgroup = tmp_path / "cgroup"
     cgroup.write_text("0::/job\n")
-    assert grade_module._cgroup_cpu_limit(tmp_path / "sys", cgroup) == 1.5
+    assert cgroup_cpu_limit(tmp_path / "sys", cgroup.read_text()) == 1.5
     (tmp_path / "sys" / "job" / "cpu.max").write_text("max 100000\n")
-    assert grade_module._cgroup_cpu_limit(tmp_path / "sys", cgroup) is None
+    assert cgroup_cpu_limit(tmp_path / "sys", cgroup.read_text()) is None
     v1 = tmp_path / "v1"
     (v1 / "cpu,cpuacct" / "slurm").mkdir(parents=True)
     (v1 / "cpu,cpuacct" / "slurm" / "cpu.cfs_quota_us").write_text("200000\n")
     (v1 / "cpu,cpuacct" / "slurm" / "cpu.cfs_period_us").write_text("100000\n")
     cgroup.write_text("4:cpu,cpuacct:/slurm\n")
-    assert grade_module._cgroup_cpu_limit(v1, cgroup) == 2.0
+    assert cgroup_cpu_limit(v1, cgroup.read_text()) == 2.0
 
-    monkeypatch.setattr(grade_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
-    monkeypatch.setattr(grade_module, "_cgroup_cpu_limit", lambda: 1.5)
-    assert grade_module.usable_cpus() == 2
-    monkeypatch.setattr(grade_module, "_cgroup_cpu_limit", lambda: None)
-    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 64)
-    assert grade_module.usable_cpus() == 8, "the affinity mask, not the host's CPU count"
+    from autograder import cpus
+
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda *args: 1.5)
+    assert cpus.usable_cpus() == 2
+    monkeypatch.setattr(cpus, "cgroup_cpu_limit", lambda *args: None)
+    monkeypatch.setattr(cpus.os, "cpu_count", lambda: 64)
+    assert cpus.usable_cpus() == 8, "the affinity mask, not the host's CPU count"
 
 
 def test_a_budget_charges_cpu_time_not_waiting():
