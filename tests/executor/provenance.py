@@ -1,8 +1,8 @@
 """Is the attention of the Triton Function done by the submission's own Triton kernels? The harness decides.
 
 Read by ``client.py`` (which asks once per harness process, or once per grade through a cache
-file, before it credits any call of the Triton Function) and by staff reading the threat model
-(``tests/executor/THREAT_MODEL.md``). Nothing here runs in the executor, and nothing the
+file, before it credits any call of the Triton Function) and by staff reading the grader's
+threat model. Nothing here runs in the executor, and nothing the
 executor reports decides the answer: the evidence is the submission's outputs, compared here
 with a truth computed here, in two runs:
 

@@ -18,7 +18,7 @@ events below when the submission's own code asks for them directly, or through o
 
 The handout (§2.4) names these rules. Library code (torch, triton, logging, the standard
 library on its own behalf) keeps every one of them. This is a tripwire, not the boundary: no
-verdict depends on what runs in the executor staying unforged (see THREAT_MODEL.md); it turns
+verdict depends on what runs in the executor staying unforged (the grader's threat model says why); it turns
 the routes the kit has seen used into a clear refusal.
 """
 
