@@ -1,7 +1,7 @@
 """Every fairness fixture (autograder/fixtures/fairness) gets the outcome its FIXTURE.toml states.
 
 Staff only. Issue: grading real student FlashAttention-2 code fairly. Each fixture is graded
-once on this machine (one at a time, two test processes each, on its problems and -k filter
+once on this machine (two at a time, two test processes each, on its problems and -k filter
 only), and the checks read results.json: the tests that must pass passed (a Triton kernel that
 crashes its process costs no PyTorch test; an autotuned kernel is graded on the CPU), the tests
 that must fail failed (an unrelated error of the right type, or a refusal after a kernel
@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -37,17 +38,17 @@ def fairness_grades():
     """{fixture name: (fixture, results.json)}, graded once per session."""
     root = Path(tempfile.mkdtemp(prefix="fairness-grades-"))
     root.chmod(0o755)
-    graded = {}
+
+    def run(fixture):
+        submission = materialize(fixture.name, root / fixture.name / "submission")
+        out = root / fixture.name / "out"
+        grade(GradeOptions(submission=submission, out=out, problems=list(fixture.problems),
+                           keyword=fixture.keyword, quiet=True, jobs=2))
+        return fixture.name, (fixture, json.loads((out / "results.json").read_text()))
+
     try:
-        for fixture in FIXTURES:
-            if ONLY and fixture.name not in ONLY:
-                continue
-            submission = materialize(fixture.name, root / fixture.name / "submission")
-            out = root / fixture.name / "out"
-            grade(GradeOptions(submission=submission, out=out, problems=list(fixture.problems),
-                               keyword=fixture.keyword, quiet=True, jobs=2))
-            graded[fixture.name] = (fixture, json.loads((out / "results.json").read_text()))
-        yield graded
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two grades at a time, as the attack selftest
+            yield dict(pool.map(run, [fixture for fixture in FIXTURES if not ONLY or fixture.name in ONLY]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
