@@ -94,9 +94,11 @@ class Recorder:
 
 
 def format_table(outcomes: list[Outcome], points: dict) -> str:
-    """The grader's per-problem table (the same layout) for the visible tests."""
+    """The grader's per-problem table (the same layout) for the visible tests: the problem column is
+    as wide as the longest name (at least 24), so columns stay aligned."""
     tests = points["tests"]
-    header = f"{'section':<8}{'problem':<24}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
+    width = max([24, *(len(name) + 2 for name in points["problems"])])
+    header = f"{'section':<8}{'problem':<{width}}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
     lines = [header, "-" * len(header)]
     total = maximum = gpu_points = triton_points = 0.0
     ran = {outcome.key: outcome for outcome in outcomes}
@@ -115,11 +117,11 @@ def format_table(outcomes: list[Outcome], points: dict) -> str:
         triton_points += sum(tests[outcome.key]["points"] for outcome in not_here if outcome.triton_missing)
         total, maximum = total + score, maximum + top
         mark = "  < lost points" if score + 1e-9 < top - sum(tests[o.key]["points"] for o in not_here) else ""
-        lines.append(f"{problem['section']:<8}{name:<24}{f'{passed}/{len(graded)}':>9}{'-':>9}"
+        lines.append(f"{problem['section']:<8}{name:<{width}}{f'{passed}/{len(graded)}':>9}{'-':>9}"
                      f"{(str(len(gpu)) if gpu else '-'):>11}{f'{score:.2f} / {top:.2f}':>15}{mark}")
     lines.append("-" * len(header))
     percent = 100.0 * total / maximum if maximum else 0.0
-    lines.append(f"{'total (visible tests)':<32}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
+    lines.append(f"{'total (visible tests)':<{8 + width}}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
     if gpu_points > 0:
         lines.append(f"{gpu_points:.2f} of these points are for tests that need a GPU, or more GPUs than this "
                      "machine has (not run here; the grader runs them where there are enough).")
