@@ -3,7 +3,9 @@
 Chooses the submission under test: ``--submission DIR``, else ``$CS336_SUBMISSION``, else this
 directory (the student's own checkout). Tests get the submission's adapters through the
 ``adapters`` fixture. Tests marked ``gpu`` are skipped when no CUDA GPU is present, and Triton
-kernels run under the interpreter (TRITON_INTERPRET=1) when it is absent.
+kernels run under the interpreter (TRITON_INTERPRET=1) when it is absent. Tests marked
+``triton`` are skipped where Triton is not installed (macOS, Windows), with one note at the end
+of the run that says where to run them (tests/triton_marker.py).
 
 With ``--isolate`` (the grader always passes it) the submission runs in a separate process,
 the executor (tests/executor/), and ``adapters`` is a stand-in that calls into it: the tests,
@@ -27,6 +29,7 @@ if not torch.cuda.is_available():
 
 from tests.gpu_marker import gpus_needed, gpus_present, skip_reason  # noqa: E402
 from tests.submission import load_adapters, resolve_submission_dir  # noqa: E402
+from tests.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 # A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example;
@@ -52,13 +55,16 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu(count=1): needs `count` CUDA GPUs; skipped when fewer are present")
+    config.addinivalue_line("markers", "triton: runs Triton kernels; skipped where Triton is not installed")
     # Triton's interpreter turns one-element arrays into scalars, which NumPy >= 1.25 warns about
     # hundreds of times a run: silence that warning only, and only from the interpreter.
     config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
                             ":DeprecationWarning:triton.runtime.interpreter")
     config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
     config.executor = None
-    if os.environ.get("TRITON_INTERPRET") == "1" and not config.getoption("--isolate"):
+    config.triton_skipped = 0
+    if (os.environ.get("TRITON_INTERPRET") == "1" and not config.getoption("--isolate")
+            and triton_importable()):
         from tests.executor.interpreter import single_autotune_config
 
         single_autotune_config()  # the submission is imported in this process
@@ -86,6 +92,24 @@ def pytest_collection_modifyitems(config, items):
         needed = gpus_needed(item)
         if needed > present:
             item.add_marker(pytest.mark.skip(reason=skip_reason(needed, present)))
+        elif needs_triton(item) and not triton_importable():
+            item.add_marker(pytest.mark.skip(reason=NO_TRITON))
+            config.triton_skipped += 1
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].endswith(NO_TRITON):
+        # One line in pytest's skip summary for all of them, pointing at the note that explains them.
+        report.longrepr = (str(ROOT / "tests" / "triton_marker.py"), None, report.longrepr[2])
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if getattr(config, "triton_skipped", 0):
+        terminalreporter.section("Triton tests skipped", sep="=", yellow=True)
+        terminalreporter.line(HOW_TO_RUN.format(count=config.triton_skipped))
 
 
 def pytest_unconfigure(config):

@@ -1,4 +1,5 @@
-"""The points manifest (autograder/manifest.toml): problems, their points, and which tests grade them.
+"""The points manifest (autograder/manifest.toml): problems, their points, and which tests grade them;
+also the writeup's written problems, which the staff grade and the grader never reads.
 
 Read by the grader and by the selftests that check the handout's points table. A test belongs
 to a problem by its file name, ``test_<problem>*.py``; when several problem names match (say
@@ -38,6 +39,15 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class WrittenProblem:
+    """One problem of the writeup: graded by the course staff from writeup.pdf, never by the grader."""
+
+    name: str
+    section: str  # "W1", "W2", ...: the handout's heading and its writeup table
+    points: float
+
+
+@dataclass(frozen=True)
 class GradingSettings:
     """Limits and display choices from the manifest's [grading] table."""
 
@@ -58,6 +68,11 @@ class Manifest:
 
     problems: tuple[Problem, ...]
     settings: GradingSettings = field(default_factory=GradingSettings)
+    writeup: tuple[WrittenProblem, ...] = ()  # staff-graded, apart from total_points
+
+    @property
+    def writeup_points(self) -> float:
+        return sum(problem.points for problem in self.writeup)
 
     @property
     def by_name(self) -> dict[str, Problem]:
@@ -118,4 +133,10 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
         )
     if not problems:
         raise ManifestError(f"{path}: no [problems.*] tables")
-    return Manifest(problems=tuple(problems), settings=settings)
+    writeup = []
+    for name, entry in data.get("writeup", {}).items():
+        for key in ("section", "points"):
+            if key not in entry:
+                raise ManifestError(f"{path}: [writeup.{name}] has no {key!r}")
+        writeup.append(WrittenProblem(name=name, section=str(entry["section"]), points=float(entry["points"])))
+    return Manifest(problems=tuple(problems), settings=settings, writeup=tuple(writeup))

@@ -3,8 +3,8 @@
 Read by staff before each offering; run ``python -m autograder release --out dist/student``.
 The release holds exactly what a student needs (the list is ``RELEASED`` below): the stubs,
 the adapters, the visible tests and their conftest, the handout, the setup and submission
-scripts, a student README and pyproject (whose ``pytest`` runs ``tests/`` with short
-tracebacks), and ``tests/points.toml``, what each visible test is worth for the local score
+scripts, a Linux container for machines where Triton does not install (``.devcontainer/``),
+a student README and pyproject (whose ``pytest`` runs ``tests/`` with short tracebacks), and ``tests/points.toml``, what each visible test is worth for the local score
 ``python -m tests.score`` (autograder/student_points.py; no hidden test is named). It never
 holds ``reference/``, ``autograder/`` (hidden tests, grader, fixtures) or ``leaderboard/``
 (whose cheat fixtures would teach cheating); autograder/selftests/test_release.py proves it
@@ -23,7 +23,8 @@ KIT = Path(__file__).resolve().parent.parent
 STUDENT_README = Path(__file__).resolve().parent / "student_readme.md"
 RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "constraints-gpu.txt", "make_submission.sh",
             "cs336_systems", "tests",
-            "handout")
+            "handout",
+            ".devcontainer", ".dockerignore")  # the Linux container for students whose OS has no Triton
 NEVER_RELEASED = ("reference", "autograder", "leaderboard", ".git", ".venv", ".ci")
 SETUP_CUT_MARKER = "# --- kit only below"
 _SKIPPED_NAMES = ("__pycache__", ".pytest_cache", ".hypothesis", "*.pyc", "*.egg-info", ".DS_Store")
@@ -78,6 +79,8 @@ def student_setup(text: str) -> str:
         "#",
         "# On a machine without an NVIDIA GPU the CPU stack in constraints-cpu.txt is pinned; with one,",
         "# the tested GPU stack in constraints-gpu.txt. CS336_CONSTRAINTS=FILE picks another (none: no pins).",
+        "# Triton has builds for Linux only: elsewhere (macOS, Windows) everything else is installed, and",
+        "# the tests that need Triton are skipped with a note that says where to run them (README.md).",
     ]
     tail = ['echo "[setup] done. Run the tests with .venv/bin/pytest; submit with bash make_submission.sh"', ""]
     return "\n".join(header + lines[body_start:]).rstrip() + "\n" + "\n".join(tail)

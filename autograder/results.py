@@ -493,8 +493,11 @@ def leaderboard_entries(data) -> list:
 
 
 def format_table(tests: list[GradedTest], problems: list[Problem]) -> str:
-    """A per-problem table: passed/total per suite, tests needing a GPU, points."""
-    header = f"{'section':<8}{'problem':<24}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
+    """A per-problem table: passed/total per suite, tests needing a GPU, points.
+
+    The problem column is as wide as the longest name shown (at least 24), so columns stay aligned."""
+    width = max([24, *(len(problem.name) + 2 for problem in problems)])
+    header = f"{'section':<8}{'problem':<{width}}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
     lines = [header, "-" * len(header)]
     total = maximum = gpu_points = 0.0
     for problem in problems:
@@ -513,11 +516,11 @@ def format_table(tests: list[GradedTest], problems: list[Problem]) -> str:
         gpu_points += sum(test.max_score for test in gpu)
         gradable_here = top - sum(test.max_score for test in gpu)
         mark = "  < lost points" if score + 1e-9 < gradable_here else ""
-        lines.append(f"{problem.section:<8}{problem.name:<24}{cells[0]:>9}{cells[1]:>9}"
+        lines.append(f"{problem.section:<8}{problem.name:<{width}}{cells[0]:>9}{cells[1]:>9}"
                      f"{(str(len(gpu)) if gpu else '-'):>11}{f'{score:.2f} / {top:.2f}':>15}{mark}")
     lines.append("-" * len(header))
     percent = 100.0 * total / maximum if maximum else 0.0
-    lines.append(f"{'total':<32}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
+    lines.append(f"{'total':<{8 + width}}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
     if gpu_points > 0:
         gradable = maximum - gpu_points
         share = 100.0 * total / gradable if gradable else 0.0

@@ -45,10 +45,26 @@ def _cell(value, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def conditions(rows: list[dict]) -> list[str]:
+    """The paragraphs above the table: the official conditions, and, where ranked rows were timed
+    otherwise (``--quick``, ``--dry-run``), what they measured, so that no row reads as official."""
+    other = [row for row in rows if row.get("mode") != "official"]
+    if not other:
+        return [CONDITIONS]
+    shapes = "; ".join(sorted({f"`{row.get('mode', '?')}` runs: {row.get('problem', 'shape not recorded')}"
+                               for row in other}))
+    if len(other) == len(rows):
+        return [f"**Not the official timing.** Every row below was timed under other conditions ({shapes}); "
+                "its time, TFLOP/s and % of matmul say nothing about the official problem and rank nothing.",
+                "", f"The official timing, for comparison: {CONDITIONS}"]
+    return [CONDITIONS, "", f"**Rows whose mode is not `official` were timed under other conditions** ({shapes}); "
+            "they cannot be compared with the official rows."]
+
+
 def render_markdown(records: list[dict], include_unofficial: bool = False) -> str:
     """The ranking (and recent refusals) as a Markdown document."""
     rows = ranking(records, include_unofficial)
-    lines = ["# FlashAttention-2 leaderboard", "", CONDITIONS, ""]
+    lines = ["# FlashAttention-2 leaderboard", "", *conditions(rows), ""]
     if not rows:
         lines.append("No accepted runs yet.")
     else:
@@ -77,6 +93,18 @@ def render_markdown(records: list[dict], include_unofficial: bool = False) -> st
 
 def render_png(records: list[dict], path: Path, include_unofficial: bool = False) -> Path:
     """A horizontal bar chart of the ranking's times, with the physical floor marked."""
+    import matplotlib.pyplot as plt
+
+    fig = chart(records, include_unofficial)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def chart(records: list[dict], include_unofficial: bool = False):
+    """The bar chart as a matplotlib Figure (the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,7 +124,10 @@ def render_png(records: list[dict], path: Path, include_unofficial: bool = False
         if floors:
             floor = min(floors)
             ax.axvline(floor, color="#b04040", linestyle="--", linewidth=1)
-            ax.text(floor, len(rows) - 0.4, f" physical floor {floor:.2f} ms", color="#b04040", fontsize=8, va="bottom")
+            # in a strip kept free above the top bar, inside the axes: clear of the bars and of the title
+            ax.text(floor, len(rows) - 0.45, f" physical floor {floor:.2f} ms", color="#b04040", fontsize=8,
+                    va="bottom")
+            ax.set_ylim(-0.5, len(rows) + 0.1)
         ax.set_xlim(0, max(times) * 1.35)
     else:
         ax.text(0.5, 0.5, "no accepted runs yet", ha="center", va="center", transform=ax.transAxes)
@@ -106,11 +137,7 @@ def render_png(records: list[dict], path: Path, include_unofficial: bool = False
     problem = problems.pop() if len(problems) == 1 else LEADERBOARD.describe()
     ax.set_title(f"FlashAttention-2 leaderboard: {problem}", fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def write_table(records: list[dict], out_dir: Path, include_unofficial: bool = False) -> tuple[Path, Path | None]:

@@ -12,7 +12,8 @@ the submission. Before each test runs:
   fixed too.
 
 ``example_seed(nodeid)`` is a hash of the secret and the node id. The secret is
-``$CS336_HIDDEN_SEED``, which the grader always sets (the course's secret, or the staff's default), so the examples of a grade cannot be
+``$CS336_HIDDEN_SEED``, which the grader always sets (the course's secret, or the staff default
+that the hidden tests use, set by the grader), so the examples of a grade cannot be
 predicted from the kit. Without it (a student's own run) the secret is the public word
 ``PUBLIC_SECRET``: a student's runs are reproducible too, and draw other examples than the
 grade's. ``pytest --hypothesis-seed=N`` overrides the per-test seed, to search elsewhere, and

@@ -7,7 +7,8 @@ Run it from the assignment folder (``make_submission.sh`` runs it too). Each tes
 the grader gives it: ``tests/points.toml`` lists that (in the course's own repository, where that
 file does not exist, the same numbers are computed from the grader's points table). A test
 earns its points only if it passes; a skipped test earns none, except that tests marked ``gpu``
-are "not graded here" on a machine without CUDA, as on the grader's CPU runners.
+are "not graded here" on a machine without CUDA, as on the grader's CPU runners, and so are
+tests marked ``triton`` on a machine without Triton (macOS, Windows; tests/triton_marker.py).
 
 The grader also runs hidden tests, which hold the rest of each problem's points: this table
 shows only what the visible tests are worth, so the final grade can be lower than it suggests.
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu_marker import gpus_needed, gpus_present
+from tests.triton_marker import needs_triton, triton_importable
 
 ROOT = Path(__file__).resolve().parent.parent
 POINTS_FILE = Path(__file__).resolve().parent / "points.toml"
@@ -31,11 +33,12 @@ PYTEST_ARGS = ("-q", "--tb=no", "-rfE")  # the failures are one line each; the t
 
 @dataclass
 class Outcome:
-    """One visible test's result: status is "passed", "failed" or "not_graded" (needs a GPU)."""
+    """One visible test's result: status is "passed", "failed" or "not_graded" (needs a GPU, or Triton)."""
 
     key: str  # "<file name>::<test name>", as in the grader's table
     status: str
     gpu: bool
+    triton_missing: bool = False  # needs Triton, which this machine lacks
 
 
 def load_points() -> dict:
@@ -61,11 +64,14 @@ class Recorder:
     def __init__(self, gpus: int):
         self.gpus = gpus  # CUDA GPUs present
         self.gpu: dict[str, int] = {}  # GPUs each test needs
+        self.no_triton: set[str] = set()  # tests that need Triton, on a machine without it
         self.phases: dict[str, list] = {}
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items):
         self.gpu = {item.nodeid: gpus_needed(item) for item in items}
+        self.no_triton = {item.nodeid for item in items  # as conftest.py skips them: a GPU test stays a GPU test
+                          if self.gpu[item.nodeid] <= self.gpus and needs_triton(item) and not triton_importable()}
 
     def pytest_runtest_logreport(self, report):
         self.phases.setdefault(report.nodeid, []).append(report)
@@ -77,21 +83,24 @@ class Recorder:
             if any(report.failed for report in reports):
                 status = "failed"
             elif any(report.skipped for report in reports):
-                status = "not_graded" if gpu > self.gpus else "failed"  # any other skip earns nothing
+                not_here = gpu > self.gpus or nodeid in self.no_triton
+                status = "not_graded" if not_here else "failed"  # any other skip earns nothing
             elif any(report.when == "call" and report.passed for report in reports):
                 status = "passed"
             else:
                 status = "failed"
-            found.append(Outcome(_key(nodeid), status, gpu > 0))
+            found.append(Outcome(_key(nodeid), status, gpu > 0, nodeid in self.no_triton))
         return found
 
 
 def format_table(outcomes: list[Outcome], points: dict) -> str:
-    """The grader's per-problem table (the same layout) for the visible tests."""
+    """The grader's per-problem table (the same layout) for the visible tests: the problem column is
+    as wide as the longest name (at least 24), so columns stay aligned."""
     tests = points["tests"]
-    header = f"{'section':<8}{'problem':<24}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
+    width = max([24, *(len(name) + 2 for name in points["problems"])])
+    header = f"{'section':<8}{'problem':<{width}}{'visible':>9}{'hidden':>9}{'needs GPU':>11}{'points':>15}"
     lines = [header, "-" * len(header)]
-    total = maximum = gpu_points = 0.0
+    total = maximum = gpu_points = triton_points = 0.0
     ran = {outcome.key: outcome for outcome in outcomes}
     for name, problem in points["problems"].items():
         keys = [key for key, test in tests.items() if test["problem"] == name]
@@ -100,20 +109,25 @@ def format_table(outcomes: list[Outcome], points: dict) -> str:
             continue
         graded = [outcome for outcome in mine if outcome.status != "not_graded"]
         passed = sum(outcome.status == "passed" for outcome in graded)
-        gpu = [outcome for outcome in mine if outcome.status == "not_graded"]
+        not_here = [outcome for outcome in mine if outcome.status == "not_graded"]
+        gpu = [outcome for outcome in not_here if not outcome.triton_missing]
         score = sum(tests[outcome.key]["points"] for outcome in mine if outcome.status == "passed")
         top = sum(tests[outcome.key]["points"] for outcome in mine)
-        gpu_top = sum(tests[outcome.key]["points"] for outcome in gpu)
-        total, maximum, gpu_points = total + score, maximum + top, gpu_points + gpu_top
-        mark = "  < lost points" if score + 1e-9 < top - gpu_top else ""
-        lines.append(f"{problem['section']:<8}{name:<24}{f'{passed}/{len(graded)}':>9}{'-':>9}"
+        gpu_points += sum(tests[outcome.key]["points"] for outcome in gpu)
+        triton_points += sum(tests[outcome.key]["points"] for outcome in not_here if outcome.triton_missing)
+        total, maximum = total + score, maximum + top
+        mark = "  < lost points" if score + 1e-9 < top - sum(tests[o.key]["points"] for o in not_here) else ""
+        lines.append(f"{problem['section']:<8}{name:<{width}}{f'{passed}/{len(graded)}':>9}{'-':>9}"
                      f"{(str(len(gpu)) if gpu else '-'):>11}{f'{score:.2f} / {top:.2f}':>15}{mark}")
     lines.append("-" * len(header))
     percent = 100.0 * total / maximum if maximum else 0.0
-    lines.append(f"{'total (visible tests)':<32}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
+    lines.append(f"{'total (visible tests)':<{8 + width}}{'':>29}{f'{total:.2f} / {maximum:.2f}':>15}  ({percent:.1f}%)")
     if gpu_points > 0:
         lines.append(f"{gpu_points:.2f} of these points are for tests that need a GPU, or more GPUs than this "
                      "machine has (not run here; the grader runs them where there are enough).")
+    if triton_points > 0:
+        lines.append(f"{triton_points:.2f} of these points are for Triton tests, not run here: this machine has no "
+                     "Triton (see the note 'Triton tests skipped' above); the grader runs them.")
     all_points = sum(problem["points"] for problem in points["problems"].values())
     visible_points = sum(problem["visible_points"] for problem in points["problems"].values())
     lines.append(f"Hidden tests count too: the grader also runs hidden tests, worth the other "

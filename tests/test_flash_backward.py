@@ -17,7 +17,8 @@ from tests.flash_cases import FlashCase, check_backward, flash_case_strategy
 from tests.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-IMPLEMENTATIONS = ("pytorch", "triton")
+# The Triton cases are marked: they are skipped where Triton is not installed (tests/triton_marker.py).
+IMPLEMENTATIONS = ("pytorch", pytest.param("triton", marks=pytest.mark.triton))
 
 
 def _function(adapters, implementation: str):
@@ -49,6 +50,7 @@ def test_flash_backward_pytorch_any_shape(adapters, case):
     check_backward(function, case, "pytorch")
 
 
+@pytest.mark.triton
 @given(
     case=flash_case_strategy(
         dtypes=FUZZ.dtypes, max_batch=FUZZ.max_batch, max_tokens=FUZZ.max_tokens, device=FUZZ.device

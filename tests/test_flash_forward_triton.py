@@ -19,6 +19,7 @@ from tests.flash_cases import FlashCase, check_forward, flash_case_strategy
 from tests.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.triton  # every test here runs your Triton kernel (skipped where Triton is missing)
 
 
 def _function(adapters):

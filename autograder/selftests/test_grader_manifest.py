@@ -111,3 +111,50 @@ def test_a_broken_manifest_is_refused_with_the_key_named(tmp_path):
     bad.write_text('[grading]\nhidden_visibility = "sometimes"\n[problems.x]\nsection = "§1"\npoints = 1\n')
     with pytest.raises(ManifestError, match="hidden_visibility"):
         load_manifest(bad)
+
+
+def handout_writeup_table() -> tuple[list[tuple[str, str, float]], float | None]:
+    """([(problem, name, points)] of handout/README.md's writeup table, its "writeup total" points)."""
+    rows, total = [], None
+    for line in (KIT / "handout" / "README.md").read_text().splitlines():
+        match = re.match(r"^\|\s*(W\d+)\s*\|\s*([a-z_0-9]+)\s*\|\s*([\d.]+)\s*\|", line)
+        if match:
+            rows.append((match.group(1), match.group(2), float(match.group(3))))
+        match = re.match(r"^\|\s*\|\s*writeup total\s*\|\s*([\d.]+)\s*\|", line)
+        if match:
+            total = float(match.group(1))
+    return rows, total
+
+
+def test_handout_writeup_points_match_the_manifest_and_stay_apart_from_the_autograded_points():
+    """The written problems are graded by staff: the handout's writeup table, its total, its sentence
+    stating the scheme and each problem's heading agree with the manifest's [writeup] tables, and the
+    autograded total stays what the tests carry."""
+    rows, total = handout_writeup_table()
+    manifest = [(problem.section, problem.name, problem.points) for problem in MANIFEST.writeup]
+    assert manifest, "autograder/manifest.toml has no [writeup.*] tables"
+    assert rows == manifest, f"handout writeup table and manifest disagree:\nhandout:  {rows}\nmanifest: {manifest}"
+    assert total == MANIFEST.writeup_points, f"handout's '| | writeup total | N |' row says {total}"
+    text = (KIT / "handout" / "README.md").read_text()
+    scheme = (f"Writeup: {MANIFEST.writeup_points:g} points, graded by staff, separate from the "
+              f"{MANIFEST.total_points:g} autograded points")
+    assert scheme in text, f"handout/README.md must state the scheme in these words: {scheme!r}"
+    for problem in MANIFEST.writeup:
+        heading = f"### {problem.section} {problem.name} ({problem.points:g} points, graded by staff)"
+        assert heading in text, f"handout/README.md has no heading {heading!r}"
+    assert MANIFEST.total_points == 77, "the written problems must not change the autograded points"
+
+
+def test_handout_model_sizes_are_the_providers():
+    """The written problems' size table is cs336_systems/model_sizes.py's, parameter counts included."""
+    import torch
+
+    from cs336_systems.model_sizes import MODEL_SIZES, build_model
+
+    text = (KIT / "handout" / "README.md").read_text()
+    for name, size in MODEL_SIZES.items():
+        with torch.device("meta"):
+            count = sum(parameter.numel() for parameter in build_model(name, device="meta").parameters())
+        row = (f"| {name} | {size.d_model} | {size.d_ff} | {size.num_layers} | {size.num_heads} | "
+               f"{count / 1e6:.1f}M |")
+        assert row in text, f"handout/README.md's size table needs the row {row!r}"

@@ -214,7 +214,8 @@ def build_toy_kit(root: Path) -> tuple[Path, Path, object]:
     (kit / "tests").mkdir(parents=True)
     (kit / "autograder" / "hidden_tests").mkdir(parents=True)
     shutil.copy(KIT / "conftest.py", kit / "conftest.py")
-    for helper in ("submission.py", "stub_failures.py", "gpu_marker.py", "example_seeds.py"):  # what the root conftest imports
+    # what the root conftest imports
+    for helper in ("submission.py", "stub_failures.py", "gpu_marker.py", "triton_marker.py", "example_seeds.py"):
         shutil.copy(KIT / "tests" / helper, kit / "tests" / helper)
     shutil.copytree(KIT / "tests" / "executor", kit / "tests" / "executor", ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "tests" / "__init__.py").write_text("")

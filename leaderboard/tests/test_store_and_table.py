@@ -66,3 +66,36 @@ def test_write_table_makes_markdown_and_png(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _, empty_png = write_table([], tmp_path / "empty")
     assert empty_png.stat().st_size > 0
+
+
+def test_the_floor_label_stays_inside_the_axes_clear_of_the_title_and_bars():
+    import matplotlib.pyplot as plt
+
+    from leaderboard.table import chart
+
+    for count in (1, 3, 12):
+        fig = chart([record(f"student{i}", 3.0 + i) for i in range(count)])
+        try:
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            ax = fig.axes[0]
+            (label,) = [text for text in ax.texts if "physical floor" in text.get_text()]
+            box = label.get_window_extent(renderer)
+            assert not box.overlaps(ax.title.get_window_extent(renderer)), f"{count} rows: the label hits the title"
+            assert ax.get_window_extent(renderer).contains(box.x0, box.y1), f"{count} rows: the label leaves the axes"
+            for bar in ax.patches:
+                assert not box.overlaps(bar.get_window_extent(renderer)), f"{count} rows: the label hits a bar"
+        finally:
+            plt.close(fig)
+
+
+def test_the_header_does_not_describe_the_official_problem_above_rows_timed_otherwise():
+    dry = {"problem": "2 x 64 x 16, float32, causal, cpu"}
+    only_dry = render_markdown([record("alice", 40.0, mode="dry-run", **dry)], include_unofficial=True)
+    first = only_dry.split("\n| # |")[0]
+    assert first.index("Not the official timing") < first.index("sequence 16384"), first
+    assert "`dry-run` runs: 2 x 64 x 16, float32, causal, cpu" in first
+    mixed = render_markdown([record("bob", 5.0), record("alice", 40.0, mode="dry-run", **dry)], include_unofficial=True)
+    assert "timed under other conditions" in mixed.split("\n| # |")[0] and "| dry-run |" in mixed
+    official = render_markdown([record("bob", 5.0)])
+    assert "other conditions" not in official and "Not the official" not in official
