@@ -267,6 +267,8 @@ class Executor:
         """Kill the executor and everything it started."""
         if self.process is None:
             return
+        if self.budget is not None:
+            self.budget.cpu()  # what it used so far stays charged to the test after a restart
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

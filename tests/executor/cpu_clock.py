@@ -104,7 +104,10 @@ class Budget:
         return wall if cpu is None else min(wall, cpu)
 
     def expired(self) -> bool:
-        return self.charged() >= self.limit_s or self.wall() >= self.wall_limit_s
+        wall = self.wall()
+        if wall < self.limit_s:  # the charge is at most the wall time: no need to read /proc
+            return False
+        return wall >= self.wall_limit_s or self.charged() >= self.limit_s
 
     def wall_deadline(self) -> float:
         """The monotonic time at which the wall-clock backstop ends the test."""
