@@ -102,7 +102,6 @@ class ExecutorSettings:
     python: str = sys.executable
     wall_timeout_s: float | None = None
     transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy (provenance.py)
-    require_netns: bool = False  # refuse to run where the executor cannot get a network namespace
 
 
 def _describe_limit(name: str, value: int | None) -> str:
@@ -247,7 +246,7 @@ class Executor:
         self._from, from_write = os.pipe()
         log = open(os.open(work / "executor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         self._log_start = log.tell()  # what earlier executors printed is not this one's output
-        identity = [self.settings.uid, self.settings.gid, self.settings.require_netns]
+        identity = [self.settings.uid, self.settings.gid]
         try:
             self.process = subprocess.Popen(
                 [self.settings.python, "-I", "-B", "-c", _BOOTSTRAP, str(work / "runtime"), str(work / "submission"),
@@ -562,15 +561,14 @@ class Executor:
             if cache is not None and cache.is_file() and cache.stat().st_uid == os.getuid():
                 self._provenance = provenance.Verdict.from_json(cache.read_text())
                 return self._provenance
-            return self._establish_provenance(cache)
+            return self._establish_provenance(cache, device)
         finally:
             if lock is not None:
                 os.close(lock)
 
-    def _establish_provenance(self, cache: Path | None):
+    def _establish_provenance(self, cache: Path | None, device: str):
         from . import provenance
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         began = time.monotonic()
         saved = (self.launches, self._tag, self.failure)
         work = self.settings.workdir

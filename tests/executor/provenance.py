@@ -34,15 +34,11 @@ from pathlib import Path
 
 import torch
 
+from .client import _is_jit  # the same reading of "@triton.jit" as the launch check's
+
 STORE_NAMES = frozenset({"store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                          "atomic_xchg", "atomic_cas", "_experimental_descriptor_store", "async_copy_shared_to_global"})
 SECRET_ENV = "CS336_HIDDEN_SEED"
-
-
-def _is_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-    return name == "jit"
 
 
 class _DropStores(ast.NodeTransformer):

@@ -198,7 +198,10 @@ class Server:
         if op == "getattr":
             return self.codec.encode(getattr(self._resolve(["R", request["target"]]), request["name"]))
         if op == "probe":
-            probe = self.probes.get(str(request["name"])) or probes.find(str(request["name"]))
+            name = str(request["name"])
+            if name not in self.probes:
+                raise KeyError(f"no probe named {name!r}")
+            probe = self.probes[name]
             args = self.codec.decode(request["args"])
             kwargs = self.codec.decode(request["kwargs"])
             with torch.set_grad_enabled(bool(request.get("grad", True))):
