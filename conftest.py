@@ -56,6 +56,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu(count=1): needs `count` CUDA GPUs; skipped when fewer are present")
     config.addinivalue_line("markers", "triton: runs Triton kernels; skipped where Triton is not installed")
+    config.addinivalue_line("markers", "timing: the verdict reads timings, so the submission's autotuners "
+                            "benchmark every config (other tests keep the first config that launches)")
     # Triton's interpreter turns one-element arrays into scalars, which NumPy >= 1.25 warns about
     # hundreds of times a run: silence that warning only, and only from the interpreter.
     config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
@@ -134,11 +136,11 @@ def adapters(pytestconfig, submission_dir):
 
 
 @pytest.fixture(autouse=True)
-def _executor_budget(pytestconfig):
+def _executor_budget(pytestconfig, request):
     """Under --isolate: each test gets its own time budget and a fresh start after a crash."""
     executor = pytestconfig.executor
     if executor is not None:
-        executor.begin_test()
+        executor.begin_test(timing=request.node.get_closest_marker("timing") is not None)
     yield
     if executor is not None:
         executor.end_test()

@@ -98,7 +98,7 @@ def compile_report(kernel: str, q_tile: int, k_tile: int, num_warps: int, num_st
     module = _load_reference_kernels(source)
     fn = getattr(module, KERNELS[kernel])
     constexprs = {"D": d, "Q_TILE_SIZE": q_tile, "K_TILE_SIZE": k_tile, "IS_CAUSAL": causal,
-                  "IEEE_DOTS": False, "UPCAST_DOTS": False}
+                  "F32_DOTS": False, "UPCAST_DOTS": False}
     if "PAIRED_STATS" in fn.arg_names:  # the dK/dV kernel's load of the row statistics, as the launcher picks it
         constexprs["PAIRED_STATS"] = module.paired_stats_load(d)
     signature, attrs = {}, {}

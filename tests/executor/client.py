@@ -144,6 +144,7 @@ class Executor:
         self.process: subprocess.Popen | None = None
         self.generation = 0
         self.failure: str | None = None  # why the executor failed during the current test
+        self.timing = False  # the current test reads timings: autotuners tune for real (begin_test)
         self.deadline: float | None = None  # the wall-clock backstop of the current test
         self.budget: Budget | None = None  # the current test's time (cpu_clock.Budget)
         self.fresh_after_test = False  # Triton failed in this test: the next test gets a new process
@@ -332,8 +333,11 @@ class Executor:
 
     # -- tests ---------------------------------------------------------------------------
 
-    def begin_test(self) -> None:
-        """Called before each test: a new time budget, no failure yet, no launches yet."""
+    def begin_test(self, timing: bool = False) -> None:
+        """Called before each test: a new time budget, no failure yet, no launches yet.
+        ``timing``: the test's verdict reads timings, so the submission's autotuners tune for real
+        (``autotune.py``); otherwise each keeps the first config that launches."""
+        self.timing = timing
         self.failure = None
         self.launches = []
         self._sent_max = 0
@@ -428,6 +432,8 @@ class Executor:
             raise self._fail(self._timeout_message())
         self.start()
         message["release"] = {"handles": self._released_handles[:], "graphs": self._released_graphs[:]}
+        if self.timing:
+            message["autotune"] = "full"
         self._released_handles.clear()
         self._released_graphs.clear()
         try:

@@ -20,7 +20,9 @@ Requests (dicts, see ``wire.py`` for values) and what they return:
         the tensors the returned tensor's ``grad_fn`` saved (``saved_tensors``)
     {"op": "release", ...}, {"op": "reset"}: forget handles and graphs
 
-Every request may carry ``"release": {"handles": [...], "graphs": [...]}``. The reply is
+Every request may carry ``"release": {"handles": [...], "graphs": [...]}``, and ``"autotune": "full"``
+(a timing test: the submission's autotuners benchmark every config; otherwise each keeps the
+first config that launches, ``autotune.py``). The reply is
 ``{"ok": value, "launches": [[kernel, file], ...], "aten": [...]}`` or ``{"error": {...}, "launches": [...]}``;
 while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
@@ -46,6 +48,7 @@ import torch
 
 from . import identity, probes, tripwire
 from .aten_recorder import AtenRecorder
+from .autotune import autotune_mode, first_working_config
 from .interpreter import single_autotune_config
 from .launches import LaunchLog
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
@@ -180,7 +183,8 @@ class Server:
         op = request.get("op")
         outer, self.leaves = self.leaves, []
         try:
-            return self._run(op, request)
+            with autotune_mode(request.get("autotune", "first")):
+                return self._run(op, request)
         finally:
             self.leaves = outer
 
@@ -272,6 +276,8 @@ def main(argv: list[str]) -> None:
             server.launch_log.install()
             if os.environ.get("TRITON_INTERPRET") == "1":
                 single_autotune_config()
+            else:
+                first_working_config()
         except ImportError:  # no triton on this machine: no launch can happen either
             pass
     # Before any student code exists: the probes are looked up in this table from now on (a

@@ -1,0 +1,101 @@
+"""A correctness test compiles one autotune config; a timing test benchmarks them all.
+
+Read by staff changing tests/executor/autotune.py. The executor installs its wrapper on GPU
+runners; these checks run it under Triton's CPU interpreter, in a child process, with an
+autotuner whose configs record when they are tried (a config's ``pre_hook`` runs each time the
+autotuner launches it, compiled or not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+KIT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch, triton, triton.language as tl
+    from triton.runtime.errors import OutOfResources
+    from tests.executor.autotune import autotune_mode, first_working_config
+
+    first_working_config()
+    tried = []
+
+    def hook(index, too_big=False):
+        def pre_hook(nargs):
+            tried.append(index)
+            if too_big:
+                raise OutOfResources(300000, 232448, "shared memory")
+        return pre_hook
+
+    timed = []
+
+    def fake_bench(kernel_call, quantiles=None):
+        kernel_call()
+        timed.append(len(tried))
+        return [3.0 - len(timed), 0.0, 0.0]  # later configs "faster": the full tuner keeps the last
+
+    configs = [triton.Config({"BLOCK": 4}, pre_hook=hook(0, too_big=True)),
+               triton.Config({"BLOCK": 8}, pre_hook=hook(1)),
+               triton.Config({"BLOCK": 16}, pre_hook=hook(2))]
+
+    @triton.autotune(configs=configs, key=["n"], do_bench=fake_bench)
+    @triton.jit
+    def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+    def launch(n):
+        x = torch.arange(n, dtype=torch.float32)
+        out = torch.zeros_like(x)
+        double[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        assert torch.equal(out, 2 * x), out
+        return double.best_config.kwargs["BLOCK"]
+
+    report = {}
+    with autotune_mode(sys.argv[1]):
+        report["chosen"] = launch(40)
+        report["tried"] = list(tried)
+        report["timed"] = len(timed)
+    tried.clear()
+    with autotune_mode(sys.argv[2]):
+        report["chosen_after"] = launch(40)
+        report["tried_after"] = list(tried)
+    print(json.dumps(report))
+""")
+
+
+def _run(first: str, second: str) -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(KIT)}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, first, second], cwd=KIT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_first_mode_skips_a_config_that_does_not_fit_and_never_tries_the_rest():
+    report = _run("first", "first")
+    assert report["chosen"] == 8, report  # config 0 is out of resources, config 1 launches
+    # 0 refused, 1 tried once to choose it and once for the real launch; 2 never tried
+    assert report["tried"] == [0, 1, 1], report
+    assert report["timed"] == 0, "a correctness test must not benchmark the configs"
+    assert report["tried_after"] == [1], "the next call with the same key reuses the choice"
+
+
+def test_full_mode_benchmarks_every_config_and_keeps_its_own_choice():
+    report = _run("first", "full")
+    assert report["chosen"] == 8, report
+    # The timing test does not inherit the untimed choice: it benchmarks configs 1 and 2 (0 does
+    # not fit) and keeps the one its benchmark says is fastest.
+    assert report["chosen_after"] == 16, report
+    assert 2 in report["tried_after"], report
