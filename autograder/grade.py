@@ -389,7 +389,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 executor_limits=_executor_limits(),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
-                shard=chain.index,
+                shard=chain.index, shards=chain.shards,
             )
             for chain in chains
         ]
@@ -494,11 +494,13 @@ def _zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str])
 def _chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
     """One console line: each chain's wall seconds against its expected seconds (to refresh
     autograder/test_durations.toml), longest first."""
-    wall = {(run.name, tuple(run.files)): run.wall_s for run in runs}
+    wall = {(run.name, run.shard): run.wall_s for run in runs}
     parts = []
     for chain, spec in sorted(zip(chains, specs), key=lambda pair: -pair[0].expected_s):
-        seconds = wall.get((spec.name, tuple(p.relative_to(spec.kit).as_posix() for p in spec.files)), 0.0)
-        names = ", ".join(path.name for path in chain.files)
+        seconds = wall.get((spec.name, spec.shard), 0.0)
+        names = ", ".join(path.name + (f" (part {'+'.join(str(k + 1) for k in chain.shards[path][0])} of "
+                                       f"{chain.shards[path][1]})" if path in chain.shards else "")
+                          for path in chain.files)
         parts.append(f"{chain.suite}#{chain.index}{' (alone)' if chain.alone else ''} {seconds:.0f} s "
                      f"(expected {chain.expected_s:.0f}): {names}")
     return "grade: chain times: " + "; ".join(parts)
@@ -525,7 +527,8 @@ def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
             try:
                 results[index] = run_suite(spec)
             except Exception as error:  # noqa: BLE001 - a grader bug must cost this shard, not the grade
-                failed = SuiteRun(spec.name, files=[p.relative_to(spec.kit).as_posix() for p in spec.files])
+                failed = SuiteRun(spec.name, files=[p.relative_to(spec.kit).as_posix() for p in spec.files],
+                                  shard=spec.shard)
                 failed.startup_failure = f"the grader failed while running these tests: {type(error).__name__}: {error}"
                 results[index] = failed
 
@@ -543,7 +546,7 @@ def _merge(runs: list[SuiteRun]) -> list[SuiteRun]:
     for run in runs:
         target = merged.setdefault(run.name, SuiteRun(run.name))
         target.outcomes.update(run.outcomes)
-        target.collect_errors += run.collect_errors
+        target.collect_errors += [error for error in run.collect_errors if error not in target.collect_errors]
         target.gpus = run.gpus if run.gpus is not None else target.gpus
         target.restarts += run.restarts
         target.wall_s = max(target.wall_s, run.wall_s)

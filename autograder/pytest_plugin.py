@@ -82,10 +82,12 @@ def _crash_line(report) -> str:
 class GraderPlugin:
     """Registered by autograder/test_process.py; see the module docstring for the protocol."""
 
-    def __init__(self, *, key_fd: int, record_fd: int, run_only: list[str] | None):
+    def __init__(self, *, key_fd: int, record_fd: int, run_only: list[str] | None,
+                 shards: dict[str, tuple[list[int], int]] | None = None):
         self._key_fd = key_fd
         self._record_fd = record_fd
         self._run_only = None if run_only is None else set(run_only)
+        self._shards = shards or {}
         self._signer: Signer | None = None
 
     # -- setup --------------------------------------------------------------------------
@@ -98,10 +100,22 @@ class GraderPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
-        if self._run_only is None:
+        if self._run_only is None and not self._shards:
             return
-        keep = [item for item in items if item.nodeid in self._run_only]
-        dropped = [item for item in items if item.nodeid not in self._run_only]
+        position: dict[str, int] = {}  # per file, the next test's position in its collection order
+
+        def wanted(item) -> bool:
+            file = item.nodeid.split("::", 1)[0]
+            index = position[file] = position.get(file, -1) + 1
+            if file in self._shards:
+                parts, count = self._shards[file]
+                if index % count not in parts:
+                    return False
+            return self._run_only is None or item.nodeid in self._run_only
+
+        verdicts = [wanted(item) for item in items]
+        keep = [item for item, keep_it in zip(items, verdicts) if keep_it]
+        dropped = [item for item, keep_it in zip(items, verdicts) if not keep_it]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -169,10 +183,15 @@ def _reporter(signer: Signer, executor) -> types.SimpleNamespace:
                                  pytest_runtest_logreport=pytest_runtest_logreport)
 
 
-def load_run_only(path: str | None) -> list[str] | None:
-    """The node ids a restarted run must run, from the JSON file the grader wrote; None for all."""
+def load_selection(path: str | None) -> tuple[list[str] | None, dict[str, tuple[list[int], int]]]:
+    """What this test process runs, from the JSON file the grader wrote (none: everything):
+    (the node ids to run, None for all; {file: (the parts of it to run, its part count)}, where
+    part k of a file split in N is the tests at positions k, k + N, ... of its collection order)."""
     if not path:
-        return None
+        return None, {}
     with open(path) as handle:
-        return list(json.load(handle))
+        data = json.load(handle)
+    nodeids = data.get("nodeids")
+    shards = {str(file): ([int(k) for k in parts], int(count)) for file, (parts, count) in data.get("shards", {}).items()}
+    return (None if nodeids is None else [str(n) for n in nodeids]), shards
 

@@ -80,6 +80,7 @@ class SuiteSpec:
     restart_limit: int = 25
     keyword: str | None = None
     select: list[str] | None = None
+    shards: dict[Path, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # schedule.Chain.shards
     executor_uids: bool = False  # each test process's executor runs as its own leased uid (needs root)
     executor_limits: dict[str, int | None] = field(default_factory=dict)
     threads: int = 1
@@ -104,6 +105,7 @@ class SuiteRun:
     wall_s: float = 0.0
     startup_failure: str | None = None
     files: list[str] = field(default_factory=list)
+    shard: int = 0  # the chain's index in its suite (SuiteSpec.shard)
 
 
 # -- the child process -----------------------------------------------------------------
@@ -189,9 +191,11 @@ class _Child:
         self.record_read, record_write = os.pipe()
         self.run_id = os.urandom(8).hex()
         run_only_arg = "-"
-        if run_only is not None:
+        if run_only is not None or spec.shards:
             path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.json"
-            path.write_text(json.dumps(run_only))
+            shards = {file.relative_to(spec.kit).as_posix(): [list(parts), count]
+                      for file, (parts, count) in spec.shards.items()}
+            path.write_text(json.dumps({"nodeids": run_only, "shards": shards}))
             run_only_arg = str(path)
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         self.lease = uid_pool.lease(start=os.getpid() + index) if spec.executor_uids else None
@@ -334,7 +338,7 @@ def describe_exit(status: int | None) -> str:
 
 def run_suite(spec: SuiteSpec) -> SuiteRun:
     """Run every test of ``spec.files``; every collected test gets a verdict (see the module docstring)."""
-    result = SuiteRun(spec.name, files=[path.relative_to(spec.kit).as_posix() for path in spec.files])
+    result = SuiteRun(spec.name, files=[path.relative_to(spec.kit).as_posix() for path in spec.files], shard=spec.shard)
     started = time.monotonic()
     pending: list[str] | None = None
     gpu: dict[str, int] = {}  # node id -> CUDA GPUs the test needs (its gpu marker's count; 0 if none)

@@ -45,13 +45,10 @@ def main(argv: list[str]) -> int:
 
     import pytest
 
-    from autograder.pytest_plugin import GraderPlugin, load_run_only
+    from autograder.pytest_plugin import GraderPlugin, load_selection
 
-    plugin = GraderPlugin(
-        key_fd=int(key_fd),
-        record_fd=int(record_fd),
-        run_only=load_run_only(None if run_only == "-" else run_only),
-    )
+    nodeids, shards = load_selection(None if run_only == "-" else run_only)
+    plugin = GraderPlugin(key_fd=int(key_fd), record_fd=int(record_fd), run_only=nodeids, shards=shards)
     return int(pytest.main(pytest_args, plugins=[plugin]))
 
 

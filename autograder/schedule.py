@@ -11,15 +11,19 @@ suites. ``plan_chains`` decides how many chains each suite gets and which files 
 - within a suite, files are placed longest first, each into the chain expected to finish first
   (longest-processing-time-first: the longest chain is within 4/3 of the best possible, and
   no chain can be shorter than the longest file);
-- chains are added one at a time to the suite whose longest chain is the longest, as long as
-  that shortens it and ``jobs`` allows; a chain that would not shorten the grade is not started
-  (each costs a process, and on a GPU its memory);
+- chains are added to the suite whose longest chain is the longest, the fewest that shorten it,
+  as long as ``jobs`` allows; chains that would not shorten the grade are not started (each costs
+  a process, and on a GPU its memory);
 - on a GPU runner, a file marked ``alone_on_gpu`` (one of its verdicts compares GPU timings that
   other processes on the same GPU would disturb) goes into a chain of its own per suite; those
   chains run after every other chain has finished, one at a time.
 
-A file is never split across chains: a chain selects tests by file, and test ids are only known
-after collection.
+- a file whose row says ``shards = N`` (a file longer than a grade should take, on the runners
+  with many cores) is split into N parts of equal expected time; part k holds the tests at
+  positions k, k + N, k + 2N, ... of the file's collection order (the test process selects them:
+  ``Chain.shards``, autograder/pytest_plugin.py), so the parts need no test ids before
+  collection. Parts of one file that land in one chain run together; a chain that holds every
+  part runs the whole file. Files that run ``alone`` are never split.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class FileTiming:
     cpu: float | None = None
     gpu: float | None = None
     alone_on_gpu: bool = False
+    shards: int = 1
 
 
 @dataclass
@@ -50,7 +55,8 @@ class Chain:
     """One process chain: a suite's files, run in the given order by one pytest process.
 
     ``index`` numbers the suite's chains from 0; ``expected_s`` is the sum of the files'
-    estimates; ``alone`` chains run after all others, one at a time.
+    estimates; ``alone`` chains run after all others, one at a time. ``shards`` holds the files
+    of which this chain runs only some parts: {file: (the parts it runs, the file's part count)}.
     """
 
     suite: str
@@ -58,6 +64,7 @@ class Chain:
     files: list[Path] = field(default_factory=list)
     expected_s: float = 0.0
     alone: bool = False
+    shards: dict[Path, tuple[tuple[int, ...], int]] = field(default_factory=dict)
 
 
 def load_durations(path: Path = DURATIONS_PATH) -> dict[str, FileTiming]:
@@ -68,9 +75,9 @@ def load_durations(path: Path = DURATIONS_PATH) -> dict[str, FileTiming]:
         raise DurationsError(f"cannot read the test durations table {path}: {error}") from error
     table = {}
     for name, entry in data.get("files", {}).items():
-        if not isinstance(entry, dict) or set(entry) - {*COLUMNS, "alone_on_gpu"}:
+        if not isinstance(entry, dict) or set(entry) - {*COLUMNS, "alone_on_gpu", "shards"}:
             raise DurationsError(f"{path}: [files] {name!r} must be a table with keys among "
-                                 f"{[*COLUMNS, 'alone_on_gpu']}; got {entry!r}")
+                                 f"{[*COLUMNS, 'alone_on_gpu', 'shards']}; got {entry!r}")
         for column in COLUMNS:
             value = entry.get(column)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
@@ -79,7 +86,10 @@ def load_durations(path: Path = DURATIONS_PATH) -> dict[str, FileTiming]:
         alone = entry.get("alone_on_gpu", False)
         if not isinstance(alone, bool):
             raise DurationsError(f"{path}: [files] {name!r} alone_on_gpu must be true or false; got {alone!r}")
-        table[name] = FileTiming(entry.get("cpu"), entry.get("gpu"), alone)
+        shards = entry.get("shards", 1)
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 16:
+            raise DurationsError(f"{path}: [files] {name!r} shards must be a whole number from 1 to 16; got {shards!r}")
+        table[name] = FileTiming(entry.get("cpu"), entry.get("gpu"), alone, shards)
     return table
 
 
@@ -97,19 +107,24 @@ def expected_seconds(paths: list[Path], kit: Path, durations: dict[str, FileTimi
     return {path: known[path] if path in known else path.stat().st_size * per_byte for path in paths}
 
 
-def pack_longest_first(costs: dict[Path, float], chains: int) -> list[list[Path]]:
-    """Split ``costs``' files into at most ``chains`` groups, longest file first into the group
-    with the least so far (ties: the lower group, then the file path, so plans are repeatable)."""
-    groups: list[list[Path]] = [[] for _ in range(max(1, min(chains, len(costs))))]
+def _order(key) -> tuple:
+    """A repeatable order for a file (a Path) or a part of one (Path, part index)."""
+    return (key[0].as_posix(), key[1]) if isinstance(key, tuple) else (key.as_posix(), 0)
+
+
+def pack_longest_first(costs: dict, chains: int) -> list[list]:
+    """Split ``costs``' files (or parts of files) into at most ``chains`` groups, longest first into
+    the group with the least so far (ties: the lower group, then the path, so plans are repeatable)."""
+    groups: list[list] = [[] for _ in range(max(1, min(chains, len(costs))))]
     loads = [0.0] * len(groups)
-    for path in sorted(costs, key=lambda p: (-costs[p], p.as_posix())):
+    for path in sorted(costs, key=lambda p: (-costs[p], _order(p))):
         target = loads.index(min(loads))
         groups[target].append(path)
         loads[target] += costs[path]
     return [group for group in groups if group]
 
 
-def _longest(costs: dict[Path, float], chains: int) -> float:
+def _longest(costs: dict, chains: int) -> float:
     return max(sum(costs[p] for p in group) for group in pack_longest_first(costs, chains))
 
 
@@ -122,27 +137,39 @@ def plan_chains(files: dict[str, list[Path]], jobs: int, kit: Path, *, gpu: bool
     """
     durations = load_durations() if durations is None else durations
     column = "gpu" if gpu else "cpu"
-    costs: dict[str, dict[Path, float]] = {}  # per suite, the files that share the GPU
+    costs: dict[str, dict[tuple[Path, int], float]] = {}  # per suite, the parts of files that share the GPU
     alone: dict[str, dict[Path, float]] = {}  # per suite, the files that run after the others
+    parts: dict[Path, int] = {}  # each file's part count
     for suite, paths in files.items():
         if not paths:
             continue
         estimate = expected_seconds(paths, kit, durations, column)
         for path in paths:
             timing = durations.get(path.relative_to(kit).as_posix(), FileTiming())
-            (alone if gpu and timing.alone_on_gpu else costs).setdefault(suite, {})[path] = estimate[path]
+            if gpu and timing.alone_on_gpu:
+                alone.setdefault(suite, {})[path] = estimate[path]
+                continue
+            parts[path] = timing.shards
+            for part in range(timing.shards):
+                costs.setdefault(suite, {})[(path, part)] = estimate[path] / timing.shards
     counts = {suite: 1 for suite in costs}
     while sum(counts.values()) < jobs and counts:
         worst = max(counts, key=lambda suite: _longest(costs[suite], counts[suite]))
-        if counts[worst] >= len(costs[worst]):
+        now = _longest(costs[worst], counts[worst])
+        # The fewest chains more that shorten it (equal parts may need two more before one helps).
+        room = min(jobs - sum(counts.values()), len(costs[worst]) - counts[worst])
+        extra = next((n for n in range(1, room + 1) if _longest(costs[worst], counts[worst] + n) < now - 1e-9), None)
+        if extra is None:
             break
-        if _longest(costs[worst], counts[worst] + 1) >= _longest(costs[worst], counts[worst]) - 1e-9:
-            break
-        counts[worst] += 1
+        counts[worst] += extra
     chains = []
     for suite, count in counts.items():
         for index, group in enumerate(pack_longest_first(costs[suite], count)):
-            chains.append(Chain(suite, index, sorted(group), sum(costs[suite][p] for p in group)))
+            held: dict[Path, list[int]] = {}
+            for path, part in sorted(group, key=_order):
+                held.setdefault(path, []).append(part)
+            shards = {path: (tuple(mine), parts[path]) for path, mine in held.items() if len(mine) < parts[path]}
+            chains.append(Chain(suite, index, sorted(held), sum(costs[suite][p] for p in group), shards=shards))
     chains.sort(key=lambda chain: -chain.expected_s)
     for suite, group in alone.items():
         index = sum(1 for chain in chains if chain.suite == suite)
