@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -87,10 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rep-ms", type=int, default=400, help="do_bench rep per source per round")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no new timing round after this many seconds since start (at least one round runs)")
     parser.add_argument("--fwd-only", default="", help="comma-separated source names: time their forward only")
     parser.add_argument("--sdpa", default="flash,cudnn", help="SDPA backends timed beside the sources: flash, cudnn, both, or none")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     if not torch.cuda.is_available():
         raise SystemExit("compare_kernel_sources needs a CUDA GPU")
     sources = {}
@@ -147,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         emit(f"(--fwd-only names not among the loaded sources, ignored: {sorted(fwd_only - set(sources))})")
     timed = {**sources, **baselines}
     times: dict[str, dict[str, list[float]]] = {name: {"fwd": [], "fwd+bwd": []} for name in timed}
-    for _ in range(args.rounds):
+    for done_rounds in range(args.rounds):
+        if done_rounds and args.budget_s is not None and time.monotonic() - started > args.budget_s:
+            emit(f"(time budget {args.budget_s:.0f} s reached: {done_rounds} of {args.rounds} rounds run)")
+            break
         for name, fn in timed.items():
             def fwd_bwd(fn=fn):
                 fn(q, k, v, True).sum().backward()
