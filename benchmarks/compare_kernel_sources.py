@@ -5,11 +5,15 @@ the same code moves by about that much between runs. This script loads every giv
 ``reference/cs336_systems/flash_attention_triton.py`` into one process, checks each against the
 first, and times them at the leaderboard shape (16, 16384, 64) bfloat16 causal the way the
 leaderboard does (``torch.compile(Fn.apply)``, ``o.sum().backward()``), in interleaved rounds,
-with SDPA's flash backend in every round. It prints one Markdown table: the median over rounds
-of each round's do_bench median, and its ratio to the first source and to SDPA flash.
+with SDPA's flash and cuDNN backends in every round (``--sdpa`` picks them). It prints one
+Markdown table: the median over rounds of each round's do_bench median, forward alone and
+forward+backward, and their ratios to the first source and to the SDPA backends.
 
     python benchmarks/compare_kernel_sources.py base=reference/cs336_systems/flash_attention_triton.py \\
-        lazy=/tmp/lazy.py [--rounds 5] [--rep-ms 400] [--profile] [--out FILE.md]
+        lazy=/tmp/lazy.py [--rounds 5] [--rep-ms 400] [--profile] [--fwd-only lazy] [--out FILE.md]
+
+``--fwd-only NAME,...`` times only the forward of those sources (copies that change only the
+forward: half the GPU time).
 
 ``--profile`` adds a table of the CUDA kernels of one forward+backward call per source
 (``torch.profiler``, mean over 5 calls): which kernels ran, and for how long.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -83,8 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rep-ms", type=int, default=400, help="do_bench rep per source per round")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no new timing round after this many seconds since start (at least one round runs)")
+    parser.add_argument("--fwd-only", default="", help="comma-separated source names: time their forward only")
+    parser.add_argument("--sdpa", default="flash,cudnn", help="SDPA backends timed beside the sources: flash, cudnn, both, or none")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     if not torch.cuda.is_available():
         raise SystemExit("compare_kernel_sources needs a CUDA GPU")
     sources = {}
@@ -96,9 +106,16 @@ def main(argv: list[str] | None = None) -> int:
 
     lines: list[str] = []
 
-    def emit(line: str) -> None:
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("")
+
+    def emit(line: str) -> None:  # written as it goes: a run cut short still leaves its tables
         print(line, flush=True)
         lines.append(line)
+        if args.out:
+            with args.out.open("a") as out:
+                out.write(line + "\n")
 
     q, k, v = leaderboard_inputs()
     emit(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
@@ -119,14 +136,25 @@ def main(argv: list[str] | None = None) -> int:
     if not sources:
         raise SystemExit("every source failed")
 
-    flash = sdpa_fn(SDPA_BACKENDS["sdpa_flash"])  # as the benchmark table runs it: 16 heads of batch 1
+    baselines = {}
+    for backend in [b for b in args.sdpa.split(",") if b and b != "none"]:
+        if f"sdpa_{backend}" not in SDPA_BACKENDS:
+            raise SystemExit(f"--sdpa {backend!r}: expected flash, cudnn or mem_efficient")
+        run = sdpa_fn(SDPA_BACKENDS[f"sdpa_{backend}"])  # as the benchmark table runs it: 16 heads of batch 1
 
-    def sdpa_flash(q, k, v, is_causal):
-        return flash(*(t.view(1, *t.shape) for t in (q, k, v)), is_causal)
+        def sdpa(q, k, v, is_causal, run=run):
+            return run(*(t.view(1, *t.shape) for t in (q, k, v)), is_causal)
 
-    timed = {**sources, "SDPA flash": sdpa_flash}
+        baselines[f"SDPA {'cuDNN' if backend == 'cudnn' else backend}"] = sdpa
+    fwd_only = {name for name in args.fwd_only.split(",") if name}
+    if fwd_only - set(sources):
+        emit(f"(--fwd-only names not among the loaded sources, ignored: {sorted(fwd_only - set(sources))})")
+    timed = {**sources, **baselines}
     times: dict[str, dict[str, list[float]]] = {name: {"fwd": [], "fwd+bwd": []} for name in timed}
-    for _ in range(args.rounds):
+    for done_rounds in range(args.rounds):
+        if done_rounds and args.budget_s is not None and time.monotonic() - started > args.budget_s:
+            emit(f"(time budget {args.budget_s:.0f} s reached: {done_rounds} of {args.rounds} rounds run)")
+            break
         for name, fn in timed.items():
             def fwd_bwd(fn=fn):
                 fn(q, k, v, True).sum().backward()
@@ -136,18 +164,29 @@ def main(argv: list[str] | None = None) -> int:
                     fn(q, k, v, True)
 
             for label, call in (("fwd+bwd", fwd_bwd), ("fwd", fwd)):
+                if label == "fwd+bwd" and name in fwd_only:
+                    continue
                 times[name][label].append(triton.testing.do_bench(
                     call, warmup=100, rep=args.rep_ms, grad_to_none=[q, k, v], return_mode="median"))
-    med = {name: {label: statistics.median(ts) for label, ts in per.items()} for name, per in times.items()}
+    med = {name: {label: statistics.median(ts) if ts else float("nan") for label, ts in per.items()}
+           for name, per in times.items()}
     first = next(iter(sources))
+
+    def ratio(name: str, label: str, to: str) -> str:
+        value = med[name][label] / med[to][label] if to in med else float("nan")
+        return "-" if value != value else f"{value:.4f}"
+
     emit("")
-    emit("| source | fwd ms | fwd+bwd ms | fwd+bwd rounds (ms) | x first | x SDPA flash |")
-    emit("| --- | --- | --- | --- | --- | --- |")
+    emit("| source | fwd ms | fwd+bwd ms | fwd+bwd rounds (ms) | fwd+bwd x first | fwd+bwd x SDPA flash "
+         "| fwd+bwd x cuDNN | fwd x first | fwd x cuDNN |")
+    emit("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in timed:
-        rounds = ", ".join(f"{t:.3f}" for t in times[name]["fwd+bwd"])
-        emit(f"| {name} | {med[name]['fwd']:.3f} | {med[name]['fwd+bwd']:.3f} | {rounds} | "
-             f"{med[name]['fwd+bwd'] / med[first]['fwd+bwd']:.4f} | "
-             f"{med[name]['fwd+bwd'] / med['SDPA flash']['fwd+bwd']:.4f} |")
+        rounds = ", ".join(f"{t:.3f}" for t in times[name]["fwd+bwd"]) or "(forward only: " + ", ".join(
+            f"{t:.3f}" for t in times[name]["fwd"]) + ")"
+        fwd_bwd = "-" if name in fwd_only else f"{med[name]['fwd+bwd']:.3f}"
+        emit(f"| {name} | {med[name]['fwd']:.3f} | {fwd_bwd} | {rounds} | "
+             f"{ratio(name, 'fwd+bwd', first)} | {ratio(name, 'fwd+bwd', 'SDPA flash')} | "
+             f"{ratio(name, 'fwd+bwd', 'SDPA cuDNN')} | {ratio(name, 'fwd', first)} | {ratio(name, 'fwd', 'SDPA cuDNN')} |")
     if args.profile:
         for name, fn in sources.items():
             emit("")
@@ -155,9 +194,6 @@ def main(argv: list[str] | None = None) -> int:
             emit("| --- | --- |")
             for kernel, ms in profile_kernels(fn, q, k, v):
                 emit(f"| {kernel[:90]} | {ms:.4f} |")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
     return 0
 
 

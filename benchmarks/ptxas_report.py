@@ -101,6 +101,12 @@ def compile_report(kernel: str, q_tile: int, k_tile: int, num_warps: int, num_st
                   "F32_DOTS": False, "UPCAST_DOTS": False}
     if "PAIRED_STATS" in fn.arg_names:  # the dK/dV kernel's load of the row statistics, as the launcher picks it
         constexprs["PAIRED_STATS"] = module.paired_stats_load(d)
+    if "ATOMIC_DQ" in fn.arg_names:  # a candidate whose dK/dV kernel also adds dQ atomically, as its launcher picks it
+        import torch
+
+        constexprs["ATOMIC_DQ"] = module.atomic_dq(torch.bfloat16 if dtype == "bf16" else torch.float16)
+    if "EVEN" in fn.arg_names:  # a candidate that drops the bounds masks when the lengths are tile multiples
+        constexprs["EVEN"] = True  # as at the leaderboard shape
     signature, attrs = {}, {}
     for index, name in enumerate(fn.arg_names):
         if fn.params[index].is_constexpr:
@@ -110,7 +116,7 @@ def compile_report(kernel: str, q_tile: int, k_tile: int, num_warps: int, num_st
             constexprs[name] = 1  # unit strides are specialised to the constant 1 at launch
             signature[name] = "constexpr"
         elif name.endswith("_ptr"):
-            signature[name] = "*fp32" if name in ("L_ptr", "Stats_ptr") else f"*{dtype}"
+            signature[name] = "*fp32" if name in ("L_ptr", "Stats_ptr", "DQacc_ptr") else f"*{dtype}"
             attrs[(index,)] = [["tt.divisibility", 16]]
         elif name == "scale":
             signature[name] = "fp32"
