@@ -119,10 +119,12 @@ def flash_fwd_kernel(
 
     Writes O[b, tile] (in O's dtype) and L[b, tile] = m + log(l) (float32, natural log).
     """
-    q_tile = tl.program_id(0)
-    if IS_CAUSAL:  # later query tiles see more keys: start them first so the tail is short
-        q_tile = tl.num_programs(0) - 1 - q_tile
-    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
+    # Grid (batch, tiles), batch fastest: programs start in index order, so (causal) every batch
+    # element's heaviest tile starts before any lighter one: heaviest-first over the whole grid.
+    q_tile = tl.program_id(1)
+    if IS_CAUSAL:  # later query tiles see more keys
+        q_tile = tl.num_programs(1) - 1 - q_tile
+    b = tl.program_id(0).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     q_start = q_tile * Q_TILE_SIZE
     offs_q = q_start + tl.arange(0, Q_TILE_SIZE)  # (Bq,) query indices
     offs_k = tl.arange(0, K_TILE_SIZE)  # (Bk,) key offsets within a tile
@@ -277,8 +279,9 @@ def flash_bwd_dkdv_kernel(
     """One program: dK and dV of one key tile of one batch element, summed over query tiles.
     Grid (cdiv(N_KEYS, K_TILE_SIZE), batch). No two programs write the same element: no atomics.
     Reads the row statistics the dQ kernel writes (L * log2 e and Delta, see ``_load_row_stats``)."""
-    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
-    k_start = tl.program_id(0) * K_TILE_SIZE
+    # Grid (batch, tiles), batch fastest (see the forward): causal, the first key tiles are the heaviest.
+    b = tl.program_id(0).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
+    k_start = tl.program_id(1) * K_TILE_SIZE
     offs_k = k_start + tl.arange(0, K_TILE_SIZE)
     offs_d = tl.arange(0, D)
     k_in = offs_k[:, None] < N_KEYS
@@ -419,10 +422,12 @@ def flash_bwd_dq_kernel(
     L * log2 e and Delta = rowsum(O * dO) (= rowsum(P * dP)), float32, into Stats: (B, Nq, 2) rows
     if PAIRED_STATS, else (B, 2, Nq) planes, contiguous either way (see ``_load_row_stats``).
     This saves the separate Delta pass FlashAttention-2 launches first."""
-    q_tile = tl.program_id(0)
-    if IS_CAUSAL:
-        q_tile = tl.num_programs(0) - 1 - q_tile
-    b = tl.program_id(1).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
+    # Grid (batch, tiles), batch fastest: programs start in index order, so (causal) every batch
+    # element's heaviest tile starts before any lighter one: heaviest-first over the whole grid.
+    q_tile = tl.program_id(1)
+    if IS_CAUSAL:  # later query tiles see more keys
+        q_tile = tl.num_programs(1) - 1 - q_tile
+    b = tl.program_id(0).to(tl.int64)  # int64: b * stride_b can pass 2**31 elements
     q_start = q_tile * Q_TILE_SIZE
     offs_q = q_start + tl.arange(0, Q_TILE_SIZE)
     offs_d = tl.arange(0, D)
@@ -535,6 +540,20 @@ def _dot_flags(dtype: torch.dtype) -> dict[str, bool]:
     }
 
 
+MAX_GRID_TILES = 65535  # a CUDA grid's second (and third) axis holds at most this many programs
+
+
+def _tiles(n: int, tile: int, what: str) -> int:
+    """The grid's tile count for a sequence of ``n`` (its second axis: batch runs fastest, see
+    the kernels); ValueError naming the limit when it is longer than a grid can hold."""
+    tiles = triton.cdiv(n, tile)
+    if tiles > MAX_GRID_TILES:
+        raise ValueError(f"{what}={n} needs {tiles} tiles of {tile}, but a CUDA grid holds at most "
+                         f"{MAX_GRID_TILES} along the tile axis; split the sequence into chunks of at most "
+                         f"{MAX_GRID_TILES * tile} tokens")
+    return tiles
+
+
 def _check_int32_offsets(**tensors: torch.Tensor) -> None:
     """Raise ValueError if an offset inside one batch element would overflow the kernels' int32 index math."""
     for name, t in tensors.items():
@@ -571,7 +590,7 @@ def flash_forward_triton(
     cfg = config or forward_config(d, Q.dtype)
     O = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
     L = torch.empty((batch, n_queries), device=Q.device, dtype=torch.float32)  # (B, Nq)
-    grid = (triton.cdiv(n_queries, cfg.q_tile), batch)
+    grid = (batch, _tiles(n_queries, cfg.q_tile, "n_queries"))
     flash_fwd_kernel[grid](
         Q, K, V, O, L,
         Q.stride(0), Q.stride(1), Q.stride(2),
@@ -598,7 +617,7 @@ def launch_bwd_dkdv(
     d = _static_head_dim(Q.shape[2])
     dK = torch.empty((batch, n_keys, d), device=K.device, dtype=K.dtype)  # (B, Nk, d)
     dV = torch.empty((batch, n_keys, d), device=V.device, dtype=V.dtype)  # (B, Nk, d)
-    flash_bwd_dkdv_kernel[(triton.cdiv(n_keys, config.k_tile), batch)](
+    flash_bwd_dkdv_kernel[(batch, _tiles(n_keys, config.k_tile, "n_keys"))](
         Q, K, V, dO, stats, dK, dV,
         Q.stride(0), Q.stride(1), Q.stride(2),
         K.stride(0), K.stride(1), K.stride(2),
@@ -628,7 +647,7 @@ def launch_bwd_dq(
     dQ = torch.empty((batch, n_queries, d), device=Q.device, dtype=Q.dtype)  # (B, Nq, d)
     paired = paired_stats_load(d)
     stats = torch.empty((batch, n_queries, 2) if paired else (batch, 2, n_queries), device=Q.device, dtype=torch.float32)
-    flash_bwd_dq_kernel[(triton.cdiv(n_queries, config.q_tile), batch)](
+    flash_bwd_dq_kernel[(batch, _tiles(n_queries, config.q_tile, "n_queries"))](
         Q, K, V, O, dO, L, stats, dQ,
         Q.stride(0), Q.stride(1), Q.stride(2),
         K.stride(0), K.stride(1), K.stride(2),
