@@ -113,3 +113,34 @@ def assert_close(
         f"  non-finite values in actual: {n_nonfinite}",
     ]
     raise AssertionError("\n".join(lines))
+
+
+def assert_norm_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    what: str = "tensor",
+    context: str = "",
+) -> None:
+    """Fail if ||actual - expected|| > rtol * ||expected|| (Frobenius norms, float64 on the CPU),
+    where the expected tensor's RMS is at least ``atol`` (tests/flash_tolerances.py,
+    ``norm_check_applies``; smaller ones are judged element by element only). Catches an error
+    that is small in every element but points the same way everywhere (a gradient 2% off)."""
+    from tests.flash_tolerances import norm_check_applies
+
+    a = actual.detach().to(device="cpu", dtype=torch.float64)
+    e = expected.detach().to(device="cpu", dtype=torch.float64)
+    if not norm_check_applies(e, atol):
+        return
+    relative = float((a - e).norm() / e.norm())
+    if relative <= rtol:
+        return
+    raise AssertionError(
+        f"{what} mismatch" + (f" [{context}]" if context else "") + "\n"
+        f"  every element is within the element-wise tolerance, but the whole tensor is off by "
+        f"{100 * relative:.2f}%: ||actual - expected|| / ||expected|| = {relative:.3g}, allowed {rtol:g}\n"
+        f"  rounding errors of a correct kernel point in all directions and stay under that; an error this size "
+        f"that survives in the norm is systematic (a scale, a rounded statistic, a missing term)"
+    )

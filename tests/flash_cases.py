@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from hypothesis import strategies as st
 
-from tests.assertions import assert_close, assert_meta
+from tests.assertions import assert_close, assert_meta, assert_norm_close
 from tests.flash_reference import AttentionResult, attention_chunked, attention_float64
-from tests.flash_tolerances import IMPLEMENTATIONS, tolerance
+from tests.flash_tolerances import IMPLEMENTATIONS, NORM_TOLERANCES, tolerance
 
 LAYOUTS = ("contiguous", "transposed", "sliced", "mixed")
 HEAD_DIMS = (16, 32, 64, 128)
@@ -303,6 +303,12 @@ def case_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[
     return tol
 
 
+def case_norm_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[str, float]:
+    """``{"rtol", "atol"}`` of the whole-tensor check of ``quantity`` (tests/flash_tolerances.py
+    ``NORM_TOLERANCES``; atol, the element-wise one of ``case_tolerance``, says where it applies)."""
+    return {"rtol": NORM_TOLERANCES[case.dtype][quantity], "atol": case_tolerance(case, quantity, implementation)["atol"]}
+
+
 def _check_implementation(implementation: str) -> None:
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")
@@ -328,6 +334,7 @@ def check_forward(
     truth = case.truth(Q, K, V)
     assert_close(O, truth.O, **case_tolerance(case, "O", implementation), what="O", context=context)
     assert_close(L, truth.L, **case_tolerance(case, "L", implementation), what="saved logsumexp L", context=context)
+    assert_norm_close(O, truth.O, **case_norm_tolerance(case, "O", implementation), what="O", context=context)
     return O, L
 
 
@@ -346,6 +353,7 @@ def check_backward(
     for name, grad, expected, like in zip(("dQ", "dK", "dV"), grads, truth[2:], (Q, K, V)):
         assert_meta(grad, shape=tuple(like.shape), dtype=case.dtype, what=name, context=context)
         assert_close(grad, expected, **case_tolerance(case, name, implementation), what=name, context=context)
+        assert_norm_close(grad, expected, **case_norm_tolerance(case, name, implementation), what=name, context=context)
     return grads
 
 
