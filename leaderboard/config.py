@@ -98,7 +98,7 @@ MATMUL_SIZE_CPU = 256
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far a submission's output may be from the float32 reference.
+    """How far a submission's output may be from the float64 reference (gate.py).
 
     A tensor passes when it is finite, its relative L2 error ``||got - want|| / ||want||`` is at
     most ``rel_l2``, and its largest absolute error is at most ``max_abs_frac * max|want|``.
