@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-names", default="", help="the submission's @triton.jit function names, comma-separated")
     args = parser.parse_args(argv)
 
-    from leaderboard.confine import ConfinementError, enter, harden
+    from confine.views import ConfinementError, enter, harden
     from leaderboard.protocol import PipeChannel
 
     channel = PipeChannel(args.channel_fd)

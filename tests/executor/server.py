@@ -44,7 +44,9 @@ from typing import Any
 
 import torch
 
-from . import identity, probes, tripwire
+from confine import identity
+
+from . import probes, tripwire
 from .aten_recorder import AtenRecorder
 from .interpreter import single_autotune_config
 from .launches import LaunchLog
