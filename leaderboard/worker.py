@@ -446,20 +446,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-names", default="", help="the submission's @triton.jit function names, comma-separated")
     args = parser.parse_args(argv)
 
-    from confine.views import ConfinementError, enter, harden
+    from confine import identity
+    from confine.views import cover
     from leaderboard.protocol import PipeChannel
 
     channel = PipeChannel(args.channel_fd)
     try:
-        if args.confine == "none":
-            harden()
-        else:
+        if args.confine != "none":
             uid, gid = (int(x) for x in args.confine.split(":"))
-            enter(uid, gid, args.views)
-    except (ConfinementError, OSError) as error:
+            identity.enter(uid, gid, prepare=lambda uid, gid: cover(uid, gid, args.views))
+        identity.harden()
+    except (identity.ConfinementError, OSError) as error:
         channel.send("isolation_failed", message=str(error))
         return 3
-    channel.send("hello", uid=os.getuid(), gid=os.getgid())
+    channel.send("hello", uid=os.getuid(), gid=os.getgid(), network_confined=identity.network_confined)
 
     # Must be settled before triton is first imported (leaderboard.config imports torch).
     if args.mode == "dry-run":
