@@ -40,6 +40,7 @@ from leaderboard.store import ROOT
 # What the worker imports from the kit (copied into every sandbox): nothing else of the kit.
 WORKER_MODULES = (
     "confine/__init__.py",
+    "confine/frames.py",
     "confine/identity.py",
     "confine/views.py",
     "leaderboard/__init__.py",

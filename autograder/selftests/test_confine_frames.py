@@ -1,0 +1,65 @@
+"""confine/frames.py, the one frame reader of the executor's and the leaderboard worker's pipes:
+a frame comes back whole, an oversized one is refused from its length alone, a slow one times
+out, and a pipe that closes says whether it closed between frames or inside one."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from confine.frames import HEADER, Closed, ProtocolError, TimedOut, Truncated, read_frame, write_frame
+
+
+def _pipe_with(data: bytes, close: bool = True) -> tuple[int, int]:
+    read_fd, write_fd = os.pipe()
+
+    def feed():
+        os.write(write_fd, data)
+        if close:
+            os.close(write_fd)
+
+    threading.Thread(target=feed, daemon=True).start()
+    return read_fd, write_fd
+
+
+def test_a_frame_round_trips_and_a_close_between_frames_is_closed():
+    read_fd, write_fd = os.pipe()
+    payload = os.urandom(5 << 20)  # several reads' worth
+    writer = threading.Thread(target=lambda: (write_frame(write_fd, payload), write_frame(write_fd, b""), os.close(write_fd)))
+    writer.start()
+    assert bytes(read_frame(read_fd)) == payload
+    assert read_frame(read_fd) == b""
+    with pytest.raises(Closed) as closed:
+        read_frame(read_fd)
+    assert not isinstance(closed.value, Truncated)
+    writer.join()
+    os.close(read_fd)
+
+
+@pytest.mark.parametrize("data", [HEADER.pack(10) + b"abc", HEADER.pack(10)[:3]])
+def test_a_pipe_closed_inside_a_frame_is_truncated(data):
+    read_fd, _ = _pipe_with(data)
+    with pytest.raises(Truncated, match="middle of a frame"):
+        read_frame(read_fd)
+    os.close(read_fd)
+
+
+def test_an_oversized_frame_is_refused_before_its_payload_is_read():
+    read_fd, write_fd = _pipe_with(HEADER.pack(1 << 40), close=False)  # no payload ever follows
+    began = time.monotonic()
+    with pytest.raises(ProtocolError, match="more than this request can return"):
+        read_frame(read_fd, deadline=time.monotonic() + 30, limit=1 << 20)
+    assert time.monotonic() - began < 10, "the reader waited for a payload it should have refused"
+    os.close(read_fd)
+    os.close(write_fd)
+
+
+def test_a_frame_that_does_not_arrive_in_time_times_out():
+    read_fd, write_fd = _pipe_with(HEADER.pack(100) + b"x" * 10, close=False)
+    with pytest.raises(TimedOut, match="10 of 100 bytes"):
+        read_frame(read_fd, deadline=time.monotonic() + 0.5)
+    os.close(read_fd)
+    os.close(write_fd)
