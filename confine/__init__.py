@@ -11,6 +11,7 @@ The modules every copy holds:
 
     identity.py   a network of its own (loopback only), then an unprivileged user for good
     frames.py     the one length-prefixed frame reader and writer, with a size limit and deadline
+    limits.py     resource limits it cannot raise again (CPU time, file size, processes, memory)
 
 Staff's copy also holds the pool that leases one user id per process (a lease ends with none of
 its processes or files left), the worker's views of the interpreter, and the threat model that
@@ -23,4 +24,4 @@ Students receive the modules the executor imports (``EXECUTOR_FILES``), since ``
 """
 
 # What the executor needs of this package: copied into each executor's folder, and released.
-EXECUTOR_FILES = ("__init__.py", "identity.py", "frames.py")
+EXECUTOR_FILES = ("__init__.py", "identity.py", "frames.py", "limits.py")

@@ -29,11 +29,12 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
-import resource
 import signal
 import socket
 import struct
 from collections.abc import Callable
+
+from confine import limits
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -95,7 +96,7 @@ def harden() -> None:
     check(c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(3)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    limits.apply({"core_bytes": 0})
 
 
 def enter(uid: int | None, gid: int | None = None, prepare: Callable[[int, int], None] | None = None) -> None:

@@ -42,6 +42,7 @@ WORKER_MODULES = (
     "confine/__init__.py",
     "confine/frames.py",
     "confine/identity.py",
+    "confine/limits.py",
     "confine/views.py",
     "leaderboard/__init__.py",
     "leaderboard/config.py",

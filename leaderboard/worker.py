@@ -49,6 +49,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MODES = ("official", "quick", "dry-run")
+# What a confined worker may use (confine/limits.py), as the grader's executor: processes and
+# threads of its leased uid (a fork bomb stops there) and the largest file it may write.
+# The parent's wall-clock timeout bounds its time; CUDA's reservations rule out an address-space limit.
+WORKER_LIMITS = {"nproc": 1024, "fsize_bytes": 2 << 30}
 _START = time.monotonic()
 
 
@@ -446,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-names", default="", help="the submission's @triton.jit function names, comma-separated")
     args = parser.parse_args(argv)
 
-    from confine import identity
+    from confine import identity, limits
     from confine.views import cover
     from leaderboard.protocol import PipeChannel
 
@@ -456,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             uid, gid = (int(x) for x in args.confine.split(":"))
             identity.enter(uid, gid, prepare=lambda uid, gid: cover(uid, gid, args.views))
         identity.harden()
+        if args.confine != "none":  # the process count is its own only under a leased uid
+            limits.apply(WORKER_LIMITS)
     except (identity.ConfinementError, OSError) as error:
         channel.send("isolation_failed", message=str(error))
         return 3

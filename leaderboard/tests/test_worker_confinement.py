@@ -1,5 +1,6 @@
 """The worker is confined by the grader's own layer (confine/): a network of its own with
-loopback only, and no file of its uid left anywhere it could write once the run ends.
+loopback only, the executor's process and file-size limits, and no file of its uid left
+anywhere it could write once the run ends.
 
 Each check runs the parent on a small attack submission that, at import, sends to a listener
 this test starts on the host's loopback and leaves a file in every shared folder it can write;
@@ -22,14 +23,16 @@ from leaderboard.runner import run_submission
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops to a leased uid only as root")
 
 SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock")
-ATTACK = '''"""At import: send to the host's loopback, and leave a file in each shared folder."""
+ATTACK = '''"""At import: say its limits, send to the host's loopback, and leave a file in each shared folder."""
 import os
+import resource
 import socket
 
 import torch
 
 from .port import PORT
 
+print("attack: limits", *(resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")), flush=True)
 try:
     with socket.create_connection(("127.0.0.1", PORT), timeout=2) as connection:
         connection.sendall(b"the gate's inputs, from the worker\\n")
@@ -123,6 +126,7 @@ def test_a_confined_worker_reaches_nothing_on_the_host_and_leaves_no_file(attack
     err = capfd.readouterr().err
     assert "attack: could not connect" in err, err[-3000:]
     assert "attack: left a file in /dev/shm" in err, err[-3000:]  # it could write there while it ran
+    assert f"attack: limits (1024, 1024) ({2 << 30}, {2 << 30}) (0, 0)" in err, err[-3000:]  # the executor's
     assert listener.received == b"", f"the worker sent {listener.received!r} to the host's loopback"
     assert _left_by(uid) == [], "files the worker's uid left after its lease ended"
     assert not record["accepted"]

@@ -35,7 +35,6 @@ import faulthandler
 import importlib.util
 import json
 import os
-import resource
 import signal
 import sys
 import traceback
@@ -43,6 +42,7 @@ from typing import Any
 
 import torch
 
+import confine.limits
 from confine import identity
 
 from . import probes, tripwire
@@ -52,16 +52,6 @@ from .launches import LaunchLog
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
 
 MAX_TEXT = 20_000
-_LIMITS = {"as_bytes": resource.RLIMIT_AS, "cpu_s": resource.RLIMIT_CPU, "fsize_bytes": resource.RLIMIT_FSIZE,
-           "nproc": resource.RLIMIT_NPROC}
-
-
-def apply_limits(limits: dict[str, int | None]) -> None:
-    """Set each given limit as both soft and hard (student code cannot raise it again)."""
-    for name, value in limits.items():
-        if value is not None and name in _LIMITS:
-            resource.setrlimit(_LIMITS[name], (int(value), int(value)))
-
 
 def error_payload(error: BaseException) -> dict:
     """What the harness needs to raise a stand-in for ``error``: the nearest built-in class and the text."""
@@ -262,7 +252,7 @@ def main(argv: list[str]) -> None:
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the harness asks for the stacks of a hang
     identity.harden()  # no new privileges, death with the harness, no core files
-    apply_limits(json.loads(limits))
+    confine.limits.apply(json.loads(limits))  # soft and hard: student code cannot raise them again
     server = Server(submission, int(in_fd), int(out_fd))
     if os.environ.get("CS336_EXECUTOR_TRITON", "1") == "1":
         try:
