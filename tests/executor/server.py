@@ -1,8 +1,9 @@
 """The executor's main loop: import the submission, then run what the harness asks, one request at a time.
 
 Started by ``client.py`` as ``python -I -B -c <bootstrap> RUNTIME SUBMISSION IN_FD OUT_FD LIMITS``
-(RUNTIME is this package's copy in the executor's folder). Before any student code exists it
-applies the resource limits, makes the process die with its harness, and installs the Triton
+(RUNTIME is the executor's folder, holding this package's copy and ``confine``'s; the bootstrap
+has already entered ``confine.identity``). Before any student code exists it hardens the process
+(``confine.identity.harden``), applies the resource limits (``confine.limits``), and installs the Triton
 launch log. The submission is imported at the first request, so an import error is the answer
 to that request, not a dead process.
 
