@@ -7,7 +7,7 @@ front door. The steps:
    (autograder/sandbox.py), leaving everything else out;
 2. refuse to go on unless the submission can be isolated: as root, the hidden tests and the
    reference become readable by root only, and each test process (the harness) runs the
-   submission in an executor under its own leased user id (autograder/uid_pool.py,
+   submission in an executor under its own leased user id (confine/uid_pool.py,
    tests/executor/); not as root, only with ``--unisolated``;
 3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
    chains of processes at a time, with test files packed into chains by their expected
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import uid_pool
+from confine import uid_pool
 from autograder.cpus import usable_cpus
 from autograder.manifest import Manifest, load_manifest
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python

@@ -1,8 +1,10 @@
 """Build the student release: the tree students clone, generated from this repo.
 
 Read by staff before each offering; run ``python -m autograder release --out dist/student``.
-The release holds exactly what a student needs (the list is ``RELEASED`` below): the stubs,
-the adapters, the visible tests and their conftest, the handout, the setup and submission
+The release holds exactly what a student needs (the lists are ``RELEASED`` and
+``RELEASED_IN_PART`` below): the stubs, the adapters, the visible tests and their conftest, the
+confinement modules the executor of ``pytest --isolate`` imports (``confine.EXECUTOR_FILES``;
+the uid pool, the leaderboard's views and the threat model stay staff's), the handout, the setup and submission
 scripts, a Linux container for machines where Triton does not install (``.devcontainer/``),
 a student README and pyproject (whose ``pytest`` runs ``tests/`` with short tracebacks), and ``tests/points.toml``, what each visible test is worth for the local score
 ``python -m tests.score`` (autograder/student_points.py; no hidden test is named). It never
@@ -18,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from autograder.student_points import POINTS_FILE, points_toml, visible_points
+from confine import EXECUTOR_FILES
 
 KIT = Path(__file__).resolve().parent.parent
 STUDENT_README = Path(__file__).resolve().parent / "student_readme.md"
@@ -25,6 +28,8 @@ RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "constraints-gp
             "cs336_systems", "tests",
             "handout",
             ".devcontainer", ".dockerignore")  # the Linux container for students whose OS has no Triton
+# Folders of which students get only the files named: the rest is staff's.
+RELEASED_IN_PART = {"confine": EXECUTOR_FILES}
 NEVER_RELEASED = ("reference", "autograder", "leaderboard", ".git", ".venv", ".ci")
 SETUP_CUT_MARKER = "# --- kit only below"
 _SKIPPED_NAMES = ("__pycache__", ".pytest_cache", ".hypothesis", "*.pyc", "*.egg-info", ".DS_Store")
@@ -106,6 +111,12 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
         if not source.exists():
             raise ReleaseError(f"the kit has no {name}; the release needs it")
         _copy_tree(source, out / name)
+    for folder, names in RELEASED_IN_PART.items():
+        (out / folder).mkdir()
+        for name in names:
+            if not (kit / folder / name).is_file():
+                raise ReleaseError(f"the kit has no {folder}/{name}; the release needs it")
+            shutil.copy2(kit / folder / name, out / folder / name)
     (out / "README.md").write_text(STUDENT_README.read_text())
     (out / "pyproject.toml").write_text(student_pyproject((kit / "pyproject.toml").read_text()))
     (out / POINTS_FILE).write_text(points_toml(visible_points(kit)))  # for `python -m tests.score`
@@ -123,10 +134,11 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
 
 
 # Names of what only staff have: the points manifest, the mutant catalog, the GPU acceptance runs,
-# the solution, the grader and the leaderboard's code. Student-facing text must not send a
+# the solution, the grader, the leaderboard's code and confine's staff-only files (the threat
+# model, which names the attack fixtures, and the uid pool). Student-facing text must not send a
 # student looking for them.
 STAFF_ONLY_NAMES = re.compile(r"\bmanifest\b|catalog\.py|mutant catalog|gpu_checks|\breference/|\bautograder/"
-                              r"|\bautograder\.[a-z_]|\bleaderboard/", re.IGNORECASE)
+                              r"|\bautograder\.[a-z_]|\bleaderboard/|THREAT_MODEL|\buid_pool\b", re.IGNORECASE)
 # Kit-only code paths that a released file may keep (they are never taken in the release).
 _KIT_ONLY_CODE = re.compile(r'autograder\.student_points import|ROOT / "autograder" / "student_points\.py"')
 

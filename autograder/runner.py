@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autograder import uid_pool
+from confine import uid_pool
 from autograder.hidden_tests.secret import SEED_ENV, course_secret
 from autograder.protocol import ForgedRecord, Verifier, new_key
 from tests.executor.cpu_clock import WALL_FACTOR, Budget

@@ -5,12 +5,15 @@ the process that writes the record, and why reading it is safe. The worker write
 pipe; the parent reads them, stamps each with its own clock on arrival, and never executes or
 unpickles anything it reads:
 
-    frame   = header length (4 bytes, big-endian) + payload length (8 bytes, big-endian)
-              + header (UTF-8 JSON object with a string "type") + payload
+    frame   = one frame of ``confine/frames.py`` (the one length-prefixed reader and writer,
+              shared with the grader's executor), whose body is
+              header length (4 bytes, big-endian) + header (UTF-8 JSON object with a string
+              "type") + payload
     tensors = header["tensors"]: [{"name", "dtype", "shape"}, ...]; the payload is their raw
               little-endian bytes, concatenated in that order
 
-Decoding checks every length, dtype and shape against the payload before building a tensor
+The frame reader refuses a frame over ``MAX_FRAME_BYTES`` from its length alone. Decoding
+checks every length, dtype and shape against the payload before building a tensor
 (``torch.frombuffer`` on a copy of the bytes). Anything malformed raises ``ProtocolError``;
 the parent refuses the run. What the messages mean, and in which order they must come, is the
 parent's business (``verdict``).
@@ -19,23 +22,21 @@ parent's business (``verdict``).
 from __future__ import annotations
 
 import json
-import os
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import BinaryIO
 
 import torch
 
-_PREFIX = struct.Struct(">IQ")
+from confine.frames import Closed, ProtocolError, Truncated, read_frame, write_frame
+
+__all__ = ["MemoryChannel", "Message", "PipeChannel", "ProtocolError", "decode", "decode_frame", "encode", "read_message"]
+_HEAD = struct.Struct(">I")
 MAX_HEADER_BYTES = 64 << 20  # a timing list of a million floats fits
 MAX_PAYLOAD_BYTES = 1 << 30  # O, dQ, dK, dV at the leaderboard shape are 128 MiB
+MAX_FRAME_BYTES = _HEAD.size + MAX_HEADER_BYTES + MAX_PAYLOAD_BYTES
 MAX_TENSOR_DIMS = 4
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
-
-
-class ProtocolError(Exception):
-    """A frame that is not what the protocol allows (says what, in words)."""
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Message:
 
 
 def encode(kind: str, tensors: dict[str, torch.Tensor] | None = None, **fields) -> bytes:
-    """One frame: a header ``{"type": kind, **fields}`` plus ``tensors`` (copied to the CPU)."""
+    """One frame's body: a header ``{"type": kind, **fields}`` plus ``tensors`` (copied to the CPU)."""
     header = {"type": kind, **fields}
     chunks = []
     if tensors:
@@ -67,40 +68,36 @@ def encode(kind: str, tensors: dict[str, torch.Tensor] | None = None, **fields) 
             chunks.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     head = json.dumps(header, allow_nan=False).encode()
     payload = b"".join(chunks)
-    return _PREFIX.pack(len(head), len(payload)) + head + payload
+    return _HEAD.pack(len(head)) + head + payload
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
-    parts, left = [], size
-    while left:
-        part = stream.read(left)
-        if not part:
-            raise EOFError
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
+def read_message(fd: int) -> Message | None:
+    """The next frame on ``fd``, stamped when it has fully arrived; None at a clean end of the
+    stream (between frames).
 
-
-def read_message(stream: BinaryIO) -> Message | None:
-    """The next frame, stamped on arrival; None at a clean end of the stream (between frames).
-
-    Raises ``ProtocolError`` for a truncated or malformed frame.
+    Raises ``ProtocolError`` for a truncated, oversized or malformed frame.
     """
-    prefix = stream.read(_PREFIX.size)
-    if not prefix:
-        return None
     try:
-        if len(prefix) < _PREFIX.size:
-            prefix += _read_exactly(stream, _PREFIX.size - len(prefix))
-        head_size, payload_size = _PREFIX.unpack(prefix)
-        if head_size > MAX_HEADER_BYTES or payload_size > MAX_PAYLOAD_BYTES:
-            raise ProtocolError(f"a frame announced {head_size} header and {payload_size} payload bytes (over the limits)")
-        head = _read_exactly(stream, head_size)
-        received = time.perf_counter()
-        payload = _read_exactly(stream, payload_size)
-    except EOFError:
+        body = read_frame(fd, limit=MAX_FRAME_BYTES)
+    except Truncated:
         raise ProtocolError("the stream ended in the middle of a frame") from None
-    return decode(head, payload, received)
+    except Closed:
+        return None
+    return decode_frame(body, time.perf_counter())
+
+
+def decode_frame(body: bytes | bytearray, received: float = 0.0) -> Message:
+    """Split a frame's body into header and payload and decode them (``ProtocolError`` if bad)."""
+    if len(body) < _HEAD.size:
+        raise ProtocolError(f"a frame of {len(body)} bytes has no header length")
+    (head_size,) = _HEAD.unpack_from(body)
+    payload_size = len(body) - _HEAD.size - head_size
+    if head_size > MAX_HEADER_BYTES or payload_size > MAX_PAYLOAD_BYTES:
+        raise ProtocolError(f"a frame announced {head_size} header and {payload_size} payload bytes (over the limits)")
+    if payload_size < 0:
+        raise ProtocolError(f"a frame announced a {head_size}-byte header in a {len(body)}-byte frame")
+    view = memoryview(body)
+    return decode(bytes(view[_HEAD.size : _HEAD.size + head_size]), view[_HEAD.size + head_size :], received)
 
 
 def decode(head: bytes, payload: bytes, received: float = 0.0) -> Message:
@@ -157,10 +154,7 @@ class PipeChannel:
         self.fd = fd
 
     def send(self, kind: str, tensors: dict[str, torch.Tensor] | None = None, **fields) -> None:
-        view = memoryview(encode(kind, tensors, **fields))
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        write_frame(self.fd, encode(kind, tensors, **fields))
 
 
 class MemoryChannel:
@@ -171,7 +165,4 @@ class MemoryChannel:
         self.messages: list[Message] = []
 
     def send(self, kind: str, tensors: dict[str, torch.Tensor] | None = None, **fields) -> None:
-        frame = encode(kind, tensors, **fields)
-        head_size, _ = _PREFIX.unpack(frame[: _PREFIX.size])
-        start = _PREFIX.size
-        self.messages.append(decode(frame[start : start + head_size], frame[start + head_size :], time.perf_counter()))
+        self.messages.append(decode_frame(encode(kind, tensors, **fields), time.perf_counter()))

@@ -79,9 +79,9 @@ def _relay(stream, out) -> None:
 class _Reader(threading.Thread):
     """Reads the worker's messages as they arrive (each stamped on arrival)."""
 
-    def __init__(self, stream, limit: int):
+    def __init__(self, fd: int, limit: int):
         super().__init__(daemon=True)
-        self.stream = stream
+        self.fd = fd
         self.limit = limit
         self.messages = []
         self.error: str | None = None
@@ -90,7 +90,7 @@ class _Reader(threading.Thread):
         from leaderboard.protocol import ProtocolError, read_message
 
         try:
-            while (message := read_message(self.stream)) is not None:
+            while (message := read_message(self.fd)) is not None:
                 self.messages.append(message)
                 if len(self.messages) > self.limit:
                     self.error = f"more than the {self.limit} messages a run has"
@@ -99,6 +99,8 @@ class _Reader(threading.Thread):
             self.error = str(error)
         except (OSError, ValueError) as error:
             self.error = f"the pipe failed: {error}"
+        finally:
+            os.close(self.fd)
 
 
 def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
@@ -130,7 +132,7 @@ def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
         os.close(channel_write)
         os.close(output_write)
         channel_write = output_write = -1
-        reader = _Reader(open(channel_read, "rb", closefd=True), limit=len(expected_script(run)))
+        reader = _Reader(channel_read, limit=len(expected_script(run)))
         relay = threading.Thread(target=_relay, args=(open(output_read, "rb", closefd=True), sys.stderr), daemon=True)
         channel_read = output_read = -1
         reader.start()

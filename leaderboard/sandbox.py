@@ -4,14 +4,14 @@ Staff read this file to know what the process that runs student code can touch. 
 the parent (root):
 
 * leases a numeric uid (and the same gid) from the pool that grades share
-  (``autograder/uid_pool.py``): an exclusive ``flock`` on that uid's lock file in a root-only
+  (``confine/uid_pool.py``): an exclusive ``flock`` on that uid's lock file in a root-only
   directory, so no two leaderboard runs or grades on one host share one; uids that name an
-  account are skipped. The worker drops to it by number (``confine``). Before and after the
+  account are skipped. The worker drops to it by number (``confine/views.py``). Before and after the
   run every process of that uid is killed (``kill(-1, SIGKILL)`` sent as that uid) and the files
   it left in the shared temporary directories are removed;
 * makes a fresh directory (root-owned, mode 0711) holding ``kit/`` (root-owned: the few
   leaderboard modules the worker runs, copied from the kit, so the kit itself need not be
-  readable), ``views/`` (root-owned, for ``confine``'s views) and ``work/`` (owned by the uid,
+  readable), ``views/`` (root-owned, for ``confine/views.py``'s views) and ``work/`` (owned by the uid,
   mode 0700: the worker's cwd, HOME, TMPDIR and compile caches, and ``work/submission/``, a
   copy of the submission's files from the bytes the parent hashed);
 * gives the worker an environment built from scratch (``worker_env``): no variable of the
@@ -33,15 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from autograder import uid_pool
-from leaderboard.confine import needed_paths, unreadable
+from confine import uid_pool
+from confine.views import needed_paths, unreadable
 from leaderboard.store import ROOT
 
 # What the worker imports from the kit (copied into every sandbox): nothing else of the kit.
 WORKER_MODULES = (
+    "confine/__init__.py",
+    "confine/frames.py",
+    "confine/identity.py",
+    "confine/limits.py",
+    "confine/views.py",
     "leaderboard/__init__.py",
     "leaderboard/config.py",
-    "leaderboard/confine.py",
     "leaderboard/detectors.py",
     "leaderboard/gate.py",
     "leaderboard/harness.py",
@@ -98,7 +102,7 @@ class Identity:
 
 @contextmanager
 def lease_uid() -> Iterator[Identity]:
-    """Hold one uid of the shared pool (autograder/uid_pool.py) for the duration; it is cleared
+    """Hold one uid of the shared pool (confine/uid_pool.py) for the duration; it is cleared
     (no process or temp file of it left) when leased and when given back."""
     try:
         with uid_pool.leased() as held:

@@ -49,6 +49,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MODES = ("official", "quick", "dry-run")
+# What a confined worker may use (confine/limits.py), as the grader's executor: processes and
+# threads of its leased uid (a fork bomb stops there) and the largest file it may write.
+# The parent's wall-clock timeout bounds its time; CUDA's reservations rule out an address-space limit.
+WORKER_LIMITS = {"nproc": 1024, "fsize_bytes": 2 << 30}
 _START = time.monotonic()
 
 
@@ -446,20 +450,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-names", default="", help="the submission's @triton.jit function names, comma-separated")
     args = parser.parse_args(argv)
 
-    from leaderboard.confine import ConfinementError, enter, harden
+    from confine import identity, limits
+    from confine.views import cover
     from leaderboard.protocol import PipeChannel
 
     channel = PipeChannel(args.channel_fd)
     try:
-        if args.confine == "none":
-            harden()
-        else:
+        if args.confine != "none":
             uid, gid = (int(x) for x in args.confine.split(":"))
-            enter(uid, gid, args.views)
-    except (ConfinementError, OSError) as error:
+            identity.enter(uid, gid, prepare=lambda uid, gid: cover(uid, gid, args.views))
+        identity.harden()
+        if args.confine != "none":  # the process count is its own only under a leased uid
+            limits.apply(WORKER_LIMITS)
+    except (identity.ConfinementError, OSError) as error:
         channel.send("isolation_failed", message=str(error))
         return 3
-    channel.send("hello", uid=os.getuid(), gid=os.getgid())
+    channel.send("hello", uid=os.getuid(), gid=os.getgid(), network_confined=identity.network_confined)
 
     # Must be settled before triton is first imported (leaderboard.config imports torch).
     if args.mode == "dry-run":

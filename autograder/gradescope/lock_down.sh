@@ -4,7 +4,8 @@
 # they can read may name a hidden test or hold the hidden seed:
 #   - the hidden tests: folders 0711 (pytest, after dropping privileges, still stats them), files 0600;
 #   - the smoke grade's results (every hidden test's name), the per-course seed, the test timing
-#     table, the manifest (its weights name hidden tests), the fixtures, selftests, tools, peer checks, GPU checks, benchmarks and the
+#     table, the manifest (its weights name hidden tests), the threat model (it names the attack fixtures), the
+#     fixtures, selftests, tools, peer checks, GPU checks, benchmarks and the
 #     reference: root only.
 # The virtual environment stays world-readable (the executors run its interpreter).
 set -euo pipefail
@@ -17,7 +18,8 @@ for folder in results reference autograder/fixtures autograder/selftests autogra
               gpu_checks benchmarks; do
     if [ -e "$folder" ]; then chmod -R go-rwx "$folder"; fi
 done
-for file in autograder/hidden_seed autograder/manifest.toml autograder/test_durations.toml autograder/README.md; do
+for file in autograder/hidden_seed autograder/manifest.toml autograder/test_durations.toml autograder/README.md \
+            confine/THREAT_MODEL.md; do
     if [ -e "$file" ]; then chmod 600 "$file"; fi
 done
 echo "[gradescope] staff files locked to root"

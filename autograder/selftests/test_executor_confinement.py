@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import uid_pool
+from confine import uid_pool
 from autograder.fixtures.attacks.catalog import KIT, materialize
 from tests.executor.client import Executor, ExecutorSettings
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.release import NEVER_RELEASED, RELEASED, ReleaseError, build_release, student_pyproject, student_setup
+from autograder.release import (NEVER_RELEASED, RELEASED, RELEASED_IN_PART, ReleaseError, build_release,
+                                student_pyproject, student_setup)
+from confine import EXECUTOR_FILES
 
 KIT = Path(__file__).resolve().parents[2]
 
@@ -41,11 +43,34 @@ def _function_bodies(tree: ast.AST) -> dict[str, str]:
 
 def test_release_holds_exactly_the_student_files(student_release):
     top = sorted(path.name for path in student_release.iterdir() if path.name != "submission.zip")
-    assert top == sorted([*RELEASED, "README.md", "pyproject.toml", "setup.sh", ".gitignore"])
+    assert top == sorted([*RELEASED, *RELEASED_IN_PART, "README.md", "pyproject.toml", "setup.sh", ".gitignore"])
     for path in _files(student_release):
         relative = path.relative_to(student_release)
         assert relative.parts[0] not in NEVER_RELEASED, f"{relative} must never be released"
         assert "__pycache__" not in relative.parts and not path.is_symlink()
+
+
+def test_release_holds_only_the_confinement_modules_the_executor_imports(student_release):
+    """Students get confine's executor modules (``pytest --isolate`` runs the executor on their
+    machine), never its threat model, uid pool or the leaderboard worker's views."""
+    released = sorted(path.name for path in (student_release / "confine").iterdir())
+    assert released == sorted(EXECUTOR_FILES)
+    staff = {path.name for path in (KIT / "confine").iterdir() if path.is_file()} - set(EXECUTOR_FILES)
+    assert {"THREAT_MODEL.md", "uid_pool.py"} <= staff, staff
+
+
+def test_release_executor_runs_from_the_released_files_alone(student_release, tmp_path):
+    """``pytest --isolate`` in the release starts an executor from the released modules: a stub's
+    NotImplementedError comes back from it (scored "not implemented"), not an ImportError or a
+    dead executor (scored "failed")."""
+    tree = tmp_path / "student"
+    shutil.copytree(student_release, tree, symlinks=False)
+    result = subprocess.run([sys.executable, "-m", "pytest", "--isolate", "-p", "no:cacheprovider", "-x",
+                             "tests/test_flash_forward_pytorch.py", "-k", "not gpu", "--maxfail=1"],
+                            cwd=tree, capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert "(run in a separate executor process)" in output, output[-3000:]
+    assert "1 not implemented in" in output and "failed" not in output, output[-3000:]
 
 
 def test_no_reference_solution_reaches_the_release(student_release):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from leaderboard.confine import blocked_directories, unreadable
+from confine.views import blocked_directories, unreadable
 from leaderboard.sandbox import Identity, lease_uid, make_sandbox, remove_sandbox, worker_env, writable_paths
 
 NOBODY = Identity(61999, 61999)

@@ -41,14 +41,16 @@ from typing import Any
 
 import torch
 
+import confine
+
 from .cpu_clock import WALL_FACTOR, Budget
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
 RUNTIME_PACKAGE = "cs336_executor"
-# Binds no kit name in __main__. It first takes the executor's identity (identity.py: a network
-# namespace of its own, then the leased user), as its last argument says, before importing torch.
+# Binds no kit name in __main__. It first takes the executor's identity (confine/identity.py: a
+# network namespace of its own, then the leased user), as its last argument says, before importing torch.
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              f"__import__('{RUNTIME_PACKAGE}.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
+              "__import__('confine.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
               f"__import__('{RUNTIME_PACKAGE}.server', fromlist=['main']).main(sys.argv[2:-1])")
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
                "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
@@ -173,6 +175,11 @@ class Executor:
         runtime = work / "runtime" / RUNTIME_PACKAGE
         shutil.rmtree(runtime, ignore_errors=True)
         shutil.copytree(Path(__file__).resolve().parent, runtime, ignore=shutil.ignore_patterns("__pycache__"))
+        confined = work / "runtime" / "confine"  # the confinement modules it imports, and only those
+        shutil.rmtree(confined, ignore_errors=True)
+        confined.mkdir()
+        for name in confine.EXECUTOR_FILES:
+            shutil.copy(Path(confine.__file__).resolve().parent / name, confined / name)
         copy = work / "submission"
         shutil.rmtree(copy, ignore_errors=True)
         copy.mkdir(parents=True)

@@ -1,8 +1,9 @@
 """The executor's main loop: import the submission, then run what the harness asks, one request at a time.
 
 Started by ``client.py`` as ``python -I -B -c <bootstrap> RUNTIME SUBMISSION IN_FD OUT_FD LIMITS``
-(RUNTIME is this package's copy in the executor's folder). Before any student code exists it
-applies the resource limits, makes the process die with its harness, and installs the Triton
+(RUNTIME is the executor's folder, holding this package's copy and ``confine``'s; the bootstrap
+has already entered ``confine.identity``). Before any student code exists it hardens the process
+(``confine.identity.harden``), applies the resource limits (``confine.limits``), and installs the Triton
 launch log. The submission is imported at the first request, so an import error is the answer
 to that request, not a dead process.
 
@@ -33,12 +34,10 @@ returned tensor with an autograd graph is kept, with those leaves, under a graph
 from __future__ import annotations
 
 import builtins
-import ctypes
 import faulthandler
 import importlib.util
 import json
 import os
-import resource
 import signal
 import sys
 import traceback
@@ -46,29 +45,17 @@ from typing import Any
 
 import torch
 
-from . import identity, probes, tripwire
+import confine.limits
+from confine import identity
+
+from . import probes, tripwire
 from .aten_recorder import AtenRecorder
 from .autotune import autotune_mode, first_working_config
 from .interpreter import single_autotune_config
 from .launches import LaunchLog
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NO_NEW_PRIVS = 38
 MAX_TEXT = 20_000
-_LIMITS = {"as_bytes": resource.RLIMIT_AS, "cpu_s": resource.RLIMIT_CPU, "fsize_bytes": resource.RLIMIT_FSIZE,
-           "nproc": resource.RLIMIT_NPROC}
-
-
-def apply_limits(limits: dict[str, int | None]) -> None:
-    """Set each given limit as both soft and hard (student code cannot raise it again)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    for name, value in limits.items():
-        if value is not None and name in _LIMITS:
-            resource.setrlimit(_LIMITS[name], (int(value), int(value)))
-
 
 def error_payload(error: BaseException) -> dict:
     """What the harness needs to raise a stand-in for ``error``: the nearest built-in class and the text."""
@@ -269,7 +256,8 @@ def main(argv: list[str]) -> None:
     submission, in_fd, out_fd, limits = argv
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the harness asks for the stacks of a hang
-    apply_limits(json.loads(limits))
+    identity.harden()  # no new privileges, death with the harness, no core files
+    confine.limits.apply(json.loads(limits))  # soft and hard: student code cannot raise them again
     server = Server(submission, int(in_fd), int(out_fd))
     if os.environ.get("CS336_EXECUTOR_TRITON", "1") == "1":
         try:

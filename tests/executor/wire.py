@@ -1,8 +1,9 @@
-"""What crosses between the harness and the executor: frames, values and their encoding.
+"""What crosses between the harness and the executor: values and their encoding.
 
-Read by both sides (``client.py`` in the harness, ``server.py`` in the executor). A frame is an
-8-byte little-endian length and a ``torch.save`` payload of plain data: None, bool, int, float,
-str, bytes, lists of them, str-keyed dicts of them, and CPU tensors. The harness reads frames
+Read by both sides (``client.py`` in the harness, ``server.py`` in the executor). Each message
+is one frame of ``confine/frames.py`` (the one length-prefixed frame reader, with its size limit
+and deadline) whose payload is a ``torch.save`` of plain data: None, bool, int, float, str,
+bytes, lists of them, str-keyed dicts of them, and CPU tensors. The harness reads payloads
 with ``torch.load(weights_only=True)``, which builds nothing else, so a hostile executor can
 only send data: never code, never an object whose methods would run in the harness.
 
@@ -27,34 +28,19 @@ Anything else is refused with ``ProtocolError`` on the receiving side.
 from __future__ import annotations
 
 import io
-import os
-import select
-import struct
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-HEADER = struct.Struct("<Q")
-MAX_FRAME_BYTES = 8 << 30  # a frame larger than this is a protocol error, not a value
+from confine.frames import Closed, ProtocolError, TimedOut, read_frame, write_frame
+
+__all__ = ["Closed", "Codec", "ProtocolError", "TimedOut", "recv_frame", "send_frame"]
 _SCALARS = (type(None), bool, int, float, str, bytes)
 _DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
 )}
-
-
-class ProtocolError(RuntimeError):
-    """A frame or value that breaks this module's contract (the other side is broken or hostile)."""
-
-
-class Closed(EOFError):
-    """The other side closed its pipe (it exited or died)."""
-
-
-class TimedOut(TimeoutError):
-    """No complete frame arrived before the deadline."""
 
 
 # -- frames ----------------------------------------------------------------------------
@@ -75,41 +61,14 @@ def loads(payload: bytes) -> Any:
 
 def send_frame(fd: int, tree: Any) -> int:
     """Write one frame holding ``tree`` (plain data, see the module docstring) to ``fd``; return its size."""
-    payload = dumps(tree)
-    view = memoryview(HEADER.pack(len(payload)) + payload)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-    return len(payload)
-
-
-def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:
-    """``count`` bytes from ``fd``, read into one buffer of that size (nothing is held twice)."""
-    buffer = bytearray(count)
-    view, done = memoryview(buffer), 0
-    while done < count:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise TimedOut(f"no reply within the time limit ({done} of {count} bytes read)")
-        got = os.readv(fd, [view[done:done + (1 << 22)]])
-        if not got:
-            raise Closed("the other side closed the pipe")
-        done += got
-    return bytes(buffer) if count <= 64 else buffer
+    return write_frame(fd, dumps(tree))
 
 
 def recv_frame(fd: int, deadline: float | None = None, limit: int | None = None) -> Any:
-    """Read one frame from ``fd``; raise Closed, TimedOut (past ``deadline``) or ProtocolError.
-
-    ``limit``: the most bytes this frame may hold (what the request could legitimately return);
-    a larger frame is refused from its header alone, before any of it is read.
-    """
-    (size,) = HEADER.unpack(_read_exactly(fd, HEADER.size, deadline))
-    bound = MAX_FRAME_BYTES if limit is None else min(limit, MAX_FRAME_BYTES)
-    if size > bound:
-        raise ProtocolError(f"a frame of {size} bytes, more than this request can return ({bound} bytes)")
-    return loads(_read_exactly(fd, size, deadline))
+    """Read one frame from ``fd`` and decode its payload; raise Closed, TimedOut (past
+    ``deadline``) or ProtocolError (a frame over ``limit`` bytes is refused unread: see
+    ``confine.frames.read_frame``)."""
+    return loads(read_frame(fd, deadline, limit))
 
 
 # -- values ----------------------------------------------------------------------------

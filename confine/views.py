@@ -1,43 +1,37 @@
-"""How the worker confines itself before any student code runs: its own user, no way back.
+"""What the leaderboard's worker may read of its interpreter once it is an unprivileged user.
 
-Staff read this file to know what the worker can reach. The parent starts the worker as root
-with a numeric uid and gid it has leased for this run (``sandbox``); the worker's first act,
-before it imports torch or the submission, is ``enter``:
+Staff read this file to know how the worker keeps its Python while it reads nothing else. The
+parent starts the worker as root with a numeric uid and gid it has leased for the run; the
+worker's first act is ``identity.enter`` with ``cover`` as its ``prepare`` step, which runs
+as root, before the drop:
 
-1. The interpreter, its standard library and its site-packages must be readable by that uid.
-   A directory on the way that the uid cannot traverse (a Python installed under a 0700
-   ``/root``, say) is covered, in a mount namespace of the worker's own, by a view that holds
-   only the entries the interpreter needs (bind mounts of them), so the worker sees the same
-   paths and nothing else of that directory. A path the uid could not read even then is an
-   error: the run stops and says what to fix.
-2. ``setgroups([])``, then the gid and the uid (real, effective and saved): no way back to root.
-3. ``harden``: ``PR_SET_NO_NEW_PRIVS`` (no set-uid program or file capability can give
-   privileges back), ``PR_SET_PDEATHSIG`` (the worker dies with the parent), no core files.
+* the interpreter, its standard library and its site-packages must be readable by that uid;
+  a path the uid could not read even with every directory on the way open is an error: the run
+  stops and says what to fix (``unreadable``; the parent's preflight asks the same first);
+* a directory on the way that the uid cannot traverse (a Python installed under a 0700
+  ``/root``, say) is covered, in a mount namespace of the worker's own, by a view that holds
+  only the entries the interpreter needs (bind mounts of them), so the worker sees the same
+  paths and nothing else of that directory (``make_views``).
 
-Without root (``--unisolated``) only step 3 runs.
+Without root (``--unisolated``) none of this runs. The grader's executor has no views: its
+grade stops, with a message, where the uid cannot read the interpreter.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import resource
-import signal
 import stat
 import sys
 import sysconfig
 from pathlib import Path
 
+from confine.identity import ConfinementError, check, libc
+
 CLONE_NEWNS = 0x00020000
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
-PR_SET_PDEATHSIG = 1
-PR_SET_NO_NEW_PRIVS = 38
-
-
-class ConfinementError(RuntimeError):
-    """The worker cannot be confined as asked; the message says why and what to fix."""
 
 
 def needed_paths() -> list[str]:
@@ -90,25 +84,14 @@ def unreadable(paths: list[str], uid: int, gid: int) -> list[str]:
     return problems
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
-    return libc
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise ConfinementError(f"{what} failed: {os.strerror(errno)}")
-
-
 def make_views(blocked: dict[str, set[str]], view_root: Path) -> None:
     """In a new mount namespace, cover each blocked directory with a view holding only the
     entries the interpreter needs (deepest first, so a view of an outer directory carries the
     views of inner ones)."""
-    libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (a mount namespace of the worker's own)")
-    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making the worker's mounts private")
+    c = libc()
+    c.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
+    check(c.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (a mount namespace of the worker's own)")
+    check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making the worker's mounts private")
     for number, directory in enumerate(sorted(blocked, key=lambda d: -len(Path(d).parts))):
         view = view_root / f"view{number}"
         view.mkdir(mode=0o711)
@@ -120,40 +103,14 @@ def make_views(blocked: dict[str, set[str]], view_root: Path) -> None:
                 target.mkdir()
             else:
                 target.touch()
-            _check(libc.mount(source.encode(), str(target).encode(), None, MS_BIND | MS_REC, None), f"bind-mounting {source}")
-        _check(libc.mount(str(view).encode(), directory.encode(), None, MS_BIND | MS_REC, None), f"covering {directory} with its view")
+            check(c.mount(source.encode(), str(target).encode(), None, MS_BIND | MS_REC, None), f"bind-mounting {source}")
+        check(c.mount(str(view).encode(), directory.encode(), None, MS_BIND | MS_REC, None), f"covering {directory} with its view")
 
 
-def drop_privileges(uid: int, gid: int) -> None:
-    """Become uid/gid for good: no supplementary groups, real = effective = saved ids."""
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
-        raise ConfinementError(f"the worker still has ids {os.getresuid()}, {os.getresgid()}, groups {os.getgroups()}")
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return
-    raise ConfinementError("the worker could become root again after dropping its privileges")
-
-
-def harden() -> None:
-    """No new privileges, die with the parent, no core files (see the module docstring)."""
-    libc = _libc()
-    parent = os.getppid()
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-    _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent:  # the parent died before the death signal was armed
-        os._exit(3)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def enter(uid: int, gid: int, view_root: Path) -> None:
-    """Confine this process to uid/gid (steps 1-3 of the module docstring); raises
-    ConfinementError, saying what to fix, when it cannot."""
-    if os.geteuid() != 0:
-        raise ConfinementError(f"the worker must start as root to drop to uid {uid}; it runs as uid {os.geteuid()}")
+def cover(uid: int, gid: int, view_root: Path) -> None:
+    """Make sure uid/gid can read what the interpreter needs (ConfinementError, saying what to
+    fix, if it cannot even with views), covering each blocked directory with a view in
+    ``view_root``; run as root, before ``identity.drop_privileges`` (``identity.enter``'s ``prepare``)."""
     paths = needed_paths()
     problems = unreadable(paths, uid, gid)
     if problems:
@@ -164,5 +121,3 @@ def enter(uid: int, gid: int, view_root: Path) -> None:
     blocked = blocked_directories(paths, uid, gid)
     if blocked:
         make_views(blocked, view_root)
-    drop_privileges(uid, gid)
-    harden()
