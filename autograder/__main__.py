@@ -108,6 +108,8 @@ def _batch(args: argparse.Namespace) -> int:
     if args.gpus_per_job < 0 or args.gpus_per_job == 0 and args.executor == "local":
         raise SystemExit(f"batch: --gpus-per-job {args.gpus_per_job}: expected 1 or more (0, CPU jobs, is for "
                          "--executor slurm on a CPU partition; on this machine use --gpus 0)")
+    if args.poll_s is not None and not args.poll_s > 0:
+        raise SystemExit(f"batch: --poll-s {args.poll_s}: expected seconds above 0 (or leave it out for the default)")
     slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
                         cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
                         gpus=args.gpus_per_job, extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
@@ -116,7 +118,7 @@ def _batch(args: argparse.Namespace) -> int:
         gpus_per_job=args.gpus_per_job, jobs=args.jobs,
         problems=[name for name in args.problems.split(",") if name] if args.problems else None,
         grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout, slurm=slurm,
-        dry_run=args.dry_run, partial=args.partial)
+        dry_run=args.dry_run, partial=args.partial, poll_s=args.poll_s)
     try:
         return grade_batch(options)
     except (ExportError, SlotError) as error:
@@ -205,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                             "0 with --executor slurm: CPU jobs, graded as on a CPU runner")
     batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
     batch.add_argument("--timeout", type=float, help="--timeout of each grade")
+    batch.add_argument("--poll-s", type=float,
+                       help="seconds between looks at the submitted jobs (default 15 on Slurm, which each look "
+                            "asks through sacct; 2 for submitit's local executors)")
     batch.add_argument("--partial", action="store_true",
                        help="write scores.csv even when this runner could not grade every point (GPU tests on a "
                             "CPU: its Ungraded Points column says how many); without it such a batch writes no CSV "

@@ -470,12 +470,18 @@ def _no_test_ran(sandbox, notes: list[str]) -> str | None:
 
 
 _ZYGOTES: dict[tuple, Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()  # grades run side by side in threads (the selftests) share one zygote
 
 
 def _zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
     """A live zygote for these settings (started once per grader process), or None if it cannot start."""
     if os.environ.get("CS336_GRADER_ZYGOTE", "1") == "0":
         return None
+    with _ZYGOTES_LOCK:
+        return _start_zygote(python, kit, threads, extra_env)
+
+
+def _start_zygote(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
     key = (python, str(kit), tuple(sorted(extra_env.items())))  # children set their own thread count
     zygote = _ZYGOTES.get(key)
     if zygote is not None and zygote.alive:

@@ -76,6 +76,7 @@ class BatchOptions:
     dry_run: bool = False
     partial: bool = False
     kit: Path = KIT
+    poll_s: float | None = None  # between looks at submitted jobs; None: 15 s on Slurm, else 2 s
 
 
 def kit_version(kit: Path = KIT) -> str:
@@ -212,7 +213,7 @@ def grade_batch(options: BatchOptions) -> int:
 
         def run(jobs):
             return run_submitit(jobs, out / "slurm", cluster, options.slurm, _judge, progress,
-                                poll_s=2.0 if cluster != "slurm" else 15.0, gpus=gpu)
+                                poll_s=options.poll_s or (2.0 if cluster != "slurm" else 15.0), gpus=gpu)
     batch = run_with_retry(todo, run, _judge)
     for job in todo:
         outcome = batch.outcomes.get(job.key)

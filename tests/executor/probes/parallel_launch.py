@@ -208,6 +208,11 @@ def load_submission(directory: str):
 def _worker(rank: int, world_size: int, backend: str, store: str, submission: str, job: str, kwargs: dict,
             out_dir: str, timeout_s: float) -> None:
     global EVENTS
+    # Everything this process inherited from the fork server (torch, its optimizers, dynamo: over
+    # a million objects) goes to the collector's permanent generation, before the submission is
+    # imported: the full collections of live_handles then walk only what the rank made itself
+    # (0.6 s of CPU each otherwise, three per run, and each wrote to every inherited page).
+    gc.freeze()
     torch.set_num_threads(1)  # the ranks share the machine's cores
     if sys.platform == "linux":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
