@@ -31,10 +31,13 @@ tf32 product would round Q and K to 10 mantissa bits. IEEE dots (``input_precisi
 CUDA cores) are as accurate but took 25-110 s to compile per kernel at d = 128, which made a
 full GPU grade of this reference wait on its float32 kernels (benchmarks/NOTES.md).
 
+Every kernel runs on a (batch, tiles) grid, batch fastest: the GPU starts programs in index
+order, so with a causal mask every batch element's heaviest tile starts before any lighter one.
+
 Measured on an H200 at the leaderboard shape (16, 16384, 64) bfloat16 causal, called through
-``torch.compile``: forward 1.36 ms, forward+backward 4.68 ms (SDPA's flash backend 6.95 ms,
-cuDNN 4.34 ms, same run; 4.82 ms under the leaderboard's 10 s timing). benchmarks/NOTES.md has
-the floor, the tuning and what did not help.
+``torch.compile`` (2026-12-02): forward 1.32 ms, forward+backward 4.75 ms (SDPA's flash backend
+6.98 ms, cuDNN 4.42 ms, same run; 4.86-4.88 ms under the leaderboard's 10 s timing).
+benchmarks/NOTES.md has the floor, the tuning and what did not help.
 """
 
 from __future__ import annotations
