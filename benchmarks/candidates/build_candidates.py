@@ -1,11 +1,14 @@
-"""Build the kernel candidates in this folder from the reference kernel file, by exact text edits.
+"""Build the kernel candidates of 2026-12-02 from the reference kernel file, by exact text edits.
 
 Staff tool. Each candidate is a full copy of ``reference/cs336_systems/flash_attention_triton.py``
-with one or more of the edits below, so that ``benchmarks/compare_kernel_sources.py`` can load them
-side by side and ``benchmarks/ptxas_report.py --source`` can compile them offline. Re-run after the
-reference changes; every edit asserts that the text it replaces is still there exactly once.
+as it was at commit ``BASE`` (the file the candidates were built from and timed against), with one
+or more of the edits below, so that ``benchmarks/compare_kernel_sources.py`` can load them side by
+side and ``benchmarks/ptxas_report.py --source`` can compile them offline. The copies are written
+to an ignored folder, never committed: this script and ``BASE`` are their record. Every edit
+asserts that the text it replaces is there exactly once (``lpt`` has since shipped, so the edits
+apply to ``BASE``'s file, not to today's).
 
-    python benchmarks/candidates/build_candidates.py
+    python benchmarks/candidates/build_candidates.py [--out build/candidates]
 
 Edits (benchmarks/NOTES.md, "Candidates of issue 24", has the predictions):
 
@@ -23,10 +26,13 @@ Edits (benchmarks/NOTES.md, "Candidates of issue 24", has the predictions):
 
 from __future__ import annotations
 
+import argparse
+import subprocess
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REFERENCE = HERE.parents[1] / "reference" / "cs336_systems" / "flash_attention_triton.py"
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = "reference/cs336_systems/flash_attention_triton.py"
+BASE = "7f1ac55"  # the reference the candidates were built from (benchmarks/results/2026-12-02-h200-candidates.md)
 
 
 def replace(s: str, old: str, new: str, count: int = 1) -> str:
@@ -366,15 +372,20 @@ CANDIDATES = {
 }
 
 
-def main() -> int:
-    reference = REFERENCE.read_text()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "candidates", help="folder for the copies")
+    args = parser.parse_args(argv)
+    reference = subprocess.run(["git", "show", f"{BASE}:{REFERENCE}"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout
+    args.out.mkdir(parents=True, exist_ok=True)
     for name, build in CANDIDATES.items():
         text = build(reference)
         text = text.replace('"""FlashAttention-2 in Triton (§2.4 forward, §2.5 backward): the reference solution.',
                             f'"""FlashAttention-2 in Triton: candidate "{name}" (benchmarks/candidates/build_candidates.py), '
-                            "built from the reference solution.", 1)
-        (HERE / f"{name}.py").write_text(text)
-        print(f"wrote {HERE / (name + '.py')}")
+                            f"built from the reference solution of {BASE}.", 1)
+        (args.out / f"{name}.py").write_text(text)
+        print(f"wrote {args.out / (name + '.py')}")
     return 0
 
 

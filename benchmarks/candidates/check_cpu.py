@@ -1,6 +1,6 @@
 """Check copies of the reference FlashAttention-2 kernel file on the CPU, under Triton's interpreter.
 
-Staff tool for kernel candidates (benchmarks/candidates/*.py), run before any GPU time is spent:
+Staff tool for kernel candidates (built by benchmarks/candidates/build_candidates.py), run before any GPU time is spent:
 each copy's forward and backward against float64 naive attention (tests/flash_reference.py), in
 float32 and float16 (bfloat16 ``tl.dot`` is wrong under the interpreter in triton 3.6), causal and
 not, at small ragged shapes, both with the interpreter's tiles and with the tiles each copy
