@@ -115,6 +115,12 @@ def assert_close(
     raise AssertionError("\n".join(lines))
 
 
+def norm_check_applies(expected: torch.Tensor, atol: float) -> bool:
+    """Whether a whole-tensor bound judges a comparison with ``expected``: its RMS is at least
+    ``atol`` (below that, as for an exactly zero gradient, only the element-wise bound judges)."""
+    return expected.numel() > 0 and float(expected.double().pow(2).mean().sqrt()) >= atol
+
+
 def assert_norm_close(
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -125,11 +131,9 @@ def assert_norm_close(
     context: str = "",
 ) -> None:
     """Fail if ||actual - expected|| > rtol * ||expected|| (Frobenius norms, float64 on the CPU),
-    where the expected tensor's RMS is at least ``atol`` (tests/flash_tolerances.py,
-    ``norm_check_applies``; smaller ones are judged element by element only). Catches an error
-    that is small in every element but points the same way everywhere (a gradient 2% off)."""
-    from tests.flash_tolerances import norm_check_applies
-
+    where the expected tensor's RMS is at least ``atol`` (``norm_check_applies``; smaller ones are
+    judged element by element only). Catches an error that is small in every element but points
+    the same way everywhere (a gradient 2% off)."""
     a = actual.detach().to(device="cpu", dtype=torch.float64)
     e = expected.detach().to(device="cpu", dtype=torch.float64)
     if not norm_check_applies(e, atol):

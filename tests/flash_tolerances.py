@@ -112,7 +112,8 @@ TOLERANCES: dict[torch.dtype, dict[str, tuple[float, float]]] = {
 # element-wise bound loose enough for tf32 dots (dK: 2e-2, where a correct tf32 kernel's element
 # can be off by 7e-3) also passes a gradient that is 2-4% off everywhere; the norm bound does not,
 # because rounding errors do not all point the same way and a bug's do. Smaller expected tensors
-# (an exactly zero gradient: one key makes the softmax constant) are left to the element-wise bound.
+# (an exactly zero gradient: one key makes the softmax constant) are left to the element-wise bound
+# (tests/assertions.py ``norm_check_applies``).
 #
 # r from the largest norm-relative errors measured on correct kernels (``measure_tolerances``,
 # 2026-12-02): the tensor-core stand-in on the CPU (``--submission emulated --cases 100``: float32
@@ -126,11 +127,6 @@ NORM_TOLERANCES: dict[torch.dtype, dict[str, float]] = {
     torch.float16: {"O": 4e-3, "dQ": 4e-3, "dK": 4e-3, "dV": 4e-3},
     torch.bfloat16: {"O": 3e-2, "dQ": 3e-2, "dK": 3e-2, "dV": 3e-2},
 }
-
-
-def norm_check_applies(expected: torch.Tensor, atol: float) -> bool:
-    """Whether the norm bound judges ``expected``'s comparison: its RMS is at least ``atol``."""
-    return expected.numel() > 0 and float(expected.double().pow(2).mean().sqrt()) >= atol
 
 
 # The PyTorch Function in float32 is held to float32 arithmetic: PyTorch's float32 matmuls do
