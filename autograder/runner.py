@@ -354,8 +354,8 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         group = _streak_group(nodeid, spec.problem_of(nodeid))
         streak[group] = streak[group] + 1 if crash else 0
         if crash and streak[group] >= spec.crash_streak_limit:
-            message = (f"not run: {streak[group]} tests of {group[1]} in a row crashed or hung, so the remaining tests of that file and implementation were failed "
-                       "without running; fix those first")
+            message = (f"not run: {streak[group]} tests of {group[1]} in a row crashed or hung, so the remaining "
+                       "tests of that file and implementation were failed without running; fix those first")
             for other in [n for n in (pending or []) if _streak_group(n, spec.problem_of(n)) == group]:
                 if result.gpus is not None and gpu.get(other, 0) > result.gpus:
                     settle(other, Verdict(other, "not_graded", not_graded_message(gpu[other], result.gpus)),
