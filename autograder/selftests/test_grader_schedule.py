@@ -270,6 +270,9 @@ def test_a_grade_runs_each_part_of_a_split_file_in_its_own_process(monkeypatch, 
     table = {"autograder/hidden_tests/test_gamma_hidden.py": FileTiming(cpu=10.0, gpu=10.0, shards=2)}
     monkeypatch.setattr(grade_module, "load_durations", lambda: table)
     monkeypatch.setattr(grade_module, "usable_cpus", lambda: 2)
+    chain_runs = []  # each chain's own verdicts, before the grade merges them
+    merge = grade_module._merge
+    monkeypatch.setattr(grade_module, "_merge", lambda runs: (chain_runs.extend(runs), merge(runs))[1])
     report = grade_module.grade(grade_module.GradeOptions(
         submission=submission, out=tmp_path / "out", kit=kit, manifest=manifest, jobs=2, problems=["gamma"]))
     printed = capsys.readouterr().out
@@ -277,6 +280,8 @@ def test_a_grade_runs_each_part_of_a_split_file_in_its_own_process(monkeypatch, 
     names = [entry["name"] for entry in json.loads((tmp_path / "out" / "results.json").read_text())["tests"]]
     gamma = sorted(name.rsplit("::", 1)[1] for name in names if "gamma" in name)
     assert gamma == ["test_gamma_four", "test_gamma_one", "test_gamma_three", "test_gamma_two"], names
+    ran = [sorted(nodeid.rsplit("::", 1)[1] for nodeid in run.outcomes) for run in chain_runs if run.outcomes]
+    assert len(ran) == 2 and sorted(ran[0] + ran[1]) == gamma, f"each test must run in exactly one part: {ran}"
     # The toy gamma() exits its process: every test of the file ran, in one of the two parts, and
     # each got that verdict of its own (two crashes per part: below the crash-streak limit of 3).
     outputs = {test["name"]: test.get("output", "") for test in report.results["tests"]}
