@@ -145,7 +145,8 @@ def _rank_main(rank: int, args, work: str) -> None:
             slowest = max(every, key=lambda r: r["mean_s"] if r["mean_s"] == r["mean_s"] else float("inf"))
             rows.append({**slowest, "peak_bytes": max(r["peak_bytes"] for r in every)})
         if rank == 0:
-            torch.save(rows, os.path.join(work, "rows.pt"))
+            torch.save(rows, os.path.join(work, "rows.tmp"))
+            os.replace(os.path.join(work, "rows.tmp"), os.path.join(work, "rows.pt"))  # whole or absent
     finally:
         dist.destroy_process_group()
 
@@ -209,16 +210,25 @@ def main(argv: list[str] | None = None) -> int:
         context = mp.start_processes(_rank_main, args=(args, work), nprocs=args.world_size, join=False,
                                      start_method="spawn")
         deadline = time.monotonic() + args.timeout_s
+        rows_file = os.path.join(work, "rows.pt")
         try:
             while not context.join(timeout=1.0):
                 if time.monotonic() > deadline:
                     print(f"error: the ranks did not finish within {args.timeout_s:.0f} s", file=sys.stderr)
                     return 1
+        except mp.ProcessExitedException as error:
+            # Rank 0 writes the rows only after every wrapper's all_gather, so with them on disk
+            # every rank had finished timing: what died was a rank's teardown (gloo's threads
+            # can abort there), and the table stands.
+            if not os.path.exists(rows_file):
+                raise
+            print(f"warning: a rank died after the timings were gathered ({error}); the table is complete",
+                  file=sys.stderr)
         finally:
             for process in context.processes:
                 if process.is_alive():
                     process.kill()
-        rows = torch.load(os.path.join(work, "rows.pt"), weights_only=True)
+        rows = torch.load(rows_file, weights_only=True)
     table = markdown(rows, args)
     print(table, end="", flush=True)
     if args.out:

@@ -286,9 +286,11 @@ def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: 
         deadline = time.monotonic() + timeout_s
         first_failure = None
         while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
-            failed = [p for p in processes if p.exitcode not in (None, 0)] or [
-                p for rank, p in enumerate(processes)
-                if p.exitcode == 0 and "error" in _load(work, rank, {"error": "no result"})]
+            # A rank fails when it reports an error, or exits without a result. One that crashes
+            # after saving its result (a gloo thread aborting in the teardown) has done its part:
+            # stopping the others then would fail a run that worked.
+            failed = [p for rank, p in enumerate(processes) if p.exitcode is not None
+                      and "error" in _load(work, rank, {"error": "no result"})]
             if failed and first_failure is None:
                 first_failure = time.monotonic()
             if first_failure is not None and time.monotonic() - first_failure > 2.0:
