@@ -11,7 +11,8 @@ things are read from it:
 * GPU kernel names and durations. A kernel is the **submission's Triton** only when its name is
   that of a ``@triton.jit`` function (autotuned or not) defined in the submission's own files
   (``adapters.py`` and ``cs336_systems/**/*.py``), as the parent finds them by parsing its own
-  copy of those files with ``ast`` (``submission_triton_names``); torch.compile may append
+  copy of those files (``submission_triton_names``, the grader's reading in
+  ``tests/executor/triton_source.py``); torch.compile may append
   ``_<n>``. Kernels that Triton compiles for libraries, FlexAttention (``triton_tem_...``) and
   torch.compile's generated code (``triton_poi_...``, ``triton_per_...``) do not count, and a
   submission's function named ``triton_...`` or like a library kernel (``gemm``, ``xmma``,
@@ -28,7 +29,6 @@ must be the submission's.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 
 from leaderboard.detectors import Refusal
+from tests.executor.triton_source import kernels_in_sources
 
 ATTENTION_OPS = re.compile(
     r"^aten::_?(scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|fused_sdp|_fused_sdp)", re.IGNORECASE
@@ -69,58 +70,14 @@ def profile_call(fn: Callable[[], object], synchronize: Callable[[], None], cuda
 BORROWED_NAMES = re.compile(r"^triton_|gemm|xmma|cublas|cutlass|cudnn|nvjet|^sm\d+_|^(ampere|hopper|volta|turing)_", re.IGNORECASE)
 
 
-def _triton_aliases(tree: ast.AST) -> tuple[set[str], set[str]]:
-    """Names bound to the triton module (``import triton as t``) and to ``triton.jit``
-    (``from triton import jit``) anywhere in a module."""
-    modules, jits = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name == "triton" or alias.name.startswith("triton."):
-                    modules.add(alias.asname or "triton")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton":
-            jits.update(alias.asname or alias.name for alias in node.names if alias.name == "jit")
-    return modules, jits
-
-
-def _is_jit(node: ast.AST, modules: set[str], jits: set[str]) -> bool:
-    """Whether an expression is ``triton.jit``, ``triton.jit(...)`` or an alias of either."""
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Name):
-        return node.id in jits
-    if isinstance(node, ast.Attribute) and node.attr == "jit":
-        root = node.value
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        return isinstance(root, ast.Name) and root.id in modules
-    return False
-
-
 def submission_triton_names(sources: dict[str, bytes]) -> set[str]:
     """Names of the ``@triton.jit`` functions defined in a submission's files.
 
-    ``sources`` maps each file's relative path to its bytes (the parent's own copy). Counted: a
-    function decorated with ``triton.jit`` (bare, called with options, under an alias, or under
-    ``triton.autotune`` / ``triton.heuristics``), and ``name = triton.jit(function)``. Files that
-    do not parse contribute nothing; names ``BORROWED_NAMES`` matches are left out.
+    ``sources`` maps each file's relative path to its bytes (the parent's own copy). What counts
+    as a kernel is the grader's reading (``tests/executor/triton_source.py``); names
+    ``BORROWED_NAMES`` matches are left out.
     """
-    names: set[str] = set()
-    for path, source in sources.items():
-        if not path.endswith(".py"):
-            continue
-        try:
-            tree = ast.parse(source, filename=path)
-        except (SyntaxError, ValueError):
-            continue
-        modules, jits = _triton_aliases(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if any(_is_jit(d, modules, jits) for d in node.decorator_list):
-                    names.add(node.name)
-            elif isinstance(node, ast.Call) and _is_jit(node.func, modules, jits) and not isinstance(node.func, ast.Call):
-                if node.args and isinstance(node.args[0], ast.Name):
-                    names.add(node.args[0].id)
+    names = set().union(*kernels_in_sources(sources).values())
     return {name for name in names if not BORROWED_NAMES.search(name)}
 
 

@@ -369,9 +369,10 @@ class Evaluation:
         log("profiling one forward and one forward + backward")
         base = self.randn(3, *p.shape, requires_grad=True)
         q, k, v = base
-        LAUNCHED.clear()
+        if LAUNCH_LOG is not None:
+            LAUNCH_LOG.take()
         forward = profile_call(lambda: self.flash(q, k, v, p.is_causal), self.clock.synchronize, self.cuda)
-        launched = list(LAUNCHED)
+        launched = [launch.name for launch in LAUNCH_LOG.take()] if LAUNCH_LOG is not None else []
         both = profile_call(lambda: self.flash(q, k, v, p.is_causal).sum().backward(), self.clock.synchronize, self.cuda)
         names = self.triton_names
         self.channel.send("profile", forward=summarize(forward), both=summarize(both), launched=sorted(set(launched)))
@@ -410,8 +411,8 @@ class Evaluation:
         self.untampered("after timing")
 
 
-# Names of the @triton.jit functions Triton's interpreter launched (dry runs; see main()).
-LAUNCHED: list[str] = []
+# The @triton.jit functions Triton's interpreter launched (dry runs; see main()).
+LAUNCH_LOG = None
 
 
 def summarize(events) -> list[list]:
@@ -500,19 +501,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def record_interpreted_launches() -> None:
-    """Under Triton's interpreter: note the name of every @triton.jit function launched (in
-    ``LAUNCHED``), and keep torch.compile from tracing into the interpreter (its numpy code
-    fails under dynamo): interpreted launches run as written, as graph breaks."""
+    """Under Triton's interpreter: note every @triton.jit function launched (in ``LAUNCH_LOG``,
+    the grader's launch log: ``tests/executor/launches.py``), and keep torch.compile from tracing
+    into the interpreter (its numpy code fails under dynamo): interpreted launches run as
+    written, as graph breaks."""
+    global LAUNCH_LOG
     import torch
     from triton.runtime.interpreter import InterpretedFunction
 
-    run = InterpretedFunction.run
+    from tests.executor.launches import LaunchLog
 
-    def launch(self, *args, **kwargs):
-        LAUNCHED.append(self.fn.__name__)
-        return run(self, *args, **kwargs)
-
-    InterpretedFunction.run = torch._dynamo.disable(launch)
+    LAUNCH_LOG = LaunchLog(None)
+    LAUNCH_LOG.install()
+    InterpretedFunction.run = torch._dynamo.disable(InterpretedFunction.run)
 
 
 def evaluate(submission: Path | None, mode: str, channel, repeats: int = 1, seed: int = 0, triton_names=(), Fn=None) -> None:

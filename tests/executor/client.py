@@ -21,7 +21,6 @@ and by staff changing the protocol (``server.py`` is the other side). What a tes
 
 from __future__ import annotations
 
-import ast
 import builtins
 import dataclasses
 import fcntl
@@ -43,7 +42,9 @@ import torch
 
 import confine
 
+from . import provenance
 from .cpu_clock import WALL_FACTOR, Budget
+from .triton_source import kernels_in_directory
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
 RUNTIME_PACKAGE = "cs336_executor"
@@ -58,16 +59,6 @@ _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCH
 _PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")
 _LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
 _START_TIMEOUT_S = 120.0
-# aten operators that compute attention: a Triton Function's forward must leave them to its kernels
-ATTENTION_OPS = frozenset({
-    "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "softmax", "_softmax", "log_softmax",
-    "_log_softmax", "logsumexp", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math", "_flash_attention_forward",
-    "_efficient_attention_forward", "_cudnn_attention_forward", "flex_attention",
-})
-
-
 REPLY_BASE_BYTES = 64 << 20  # what any reply may hold, besides twice the largest request of its test
 
 
@@ -116,26 +107,6 @@ def _describe_limit(name: str, value: int | None) -> str:
     if name == "fsize_bytes":
         return f"the file-size limit of {value / 2**20:.0f} MiB"
     return f"the limit of {value} processes and threads"
-
-
-def triton_kernels_in(directory: Path) -> dict[str, set[str]]:
-    """{file relative to ``directory``: names of functions decorated with ``@triton.jit``} for its .py files."""
-    found: dict[str, set[str]] = {}
-    for path in sorted(Path(directory).rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(errors="replace"))
-        except (SyntaxError, ValueError, OSError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and any(_is_jit(d) for d in node.decorator_list):
-                found.setdefault(path.relative_to(directory).as_posix(), set()).add(node.name)
-    return found
-
-
-def _is_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-    return name == "jit"
 
 
 class Executor:
@@ -190,7 +161,7 @@ class Executor:
         if self.settings.transform is not None:
             for path in copy.rglob("*.py"):
                 path.write_text(self.settings.transform(path.read_text(errors="replace")))
-        self._kernels = triton_kernels_in(copy)
+        self._kernels = kernels_in_directory(copy)
         # The runtime (kit code) is readable by all; the folder itself only traversable; the
         # submission's copy and the executor's folders belong to its user alone, so that no other
         # grade's executor on the host can read this student's code.
@@ -479,14 +450,7 @@ class Executor:
         finally:
             self._tag = None
         if tag == "triton" and message.get("op") in ("call", "probe") and _holds_tensor(value):
-            self._check_triton_launches(launches, message)
-            aten = reply.get("aten") or []
-            used = sorted({str(name) for name in aten if isinstance(name, str)} & ATTENTION_OPS) if isinstance(aten, list) else []
-            if used:
-                raise AssertionError(
-                    f"the Triton Function's forward ran attention math in PyTorch ({', '.join(used)}): the attention "
-                    "must be computed by your own @triton.jit kernels (handout §2.4); PyTorch may only check inputs, "
-                    "allocate outputs and launch the kernels.")
+            provenance.check_triton_call(self.triton_provenance(), self._kernels or {}, launches, reply.get("aten"))
         return value
 
     _tag: str | None = None
@@ -531,33 +495,10 @@ class Executor:
             reply = {"op": "raise", "error": {"base": base, "message": str(error)}}
         send_frame(self._to, reply)
 
-    def _check_triton_launches(self, launches: list, message: dict) -> None:
-        """A Triton Function's call earns nothing unless (1) the harness has established, from outputs
-        it judged itself, that the submission's kernels compute the attention (``provenance.py``), and
-        (2) this call's own record shows one of its ``@triton.jit`` kernels launched and no attention
-        math in PyTorch. (2) is gathered in the executor, so it only ever takes credit away."""
-        verdict = self.triton_provenance()
-        if not verdict.proven:
-            raise AssertionError(f"no Triton credit: {verdict.why}")
-        known = self._kernels or {}
-        own = [(name, file) for name, file in launches if name in known.get(file, set())]
-        if own:
-            return
-        seen = ", ".join(sorted({name for name, _ in launches})) or "none"
-        defined = ", ".join(sorted(f"{file}:{name}" for file, names in known.items() for name in names)) or "none"
-        raise AssertionError(
-            "the Triton Function returned without launching a @triton.jit kernel defined in your submission "
-            f"(kernels of your files launched: {seen}; @triton.jit functions found in your files: {defined}). "
-            "Its forward must do the attention in your own Triton kernels: PyTorch operations, "
-            "scaled_dot_product_attention, FlexAttention or kernels that torch.compile generates earn no Triton points."
-        )
-
     def triton_provenance(self):
         """The harness's verdict on whether the submission's Triton kernels compute the attention
         (``provenance.py``): established once per process, and once per grade through a cache that
         only the harness's user can write."""
-        from . import provenance
-
         if self._provenance is not None:
             return self._provenance
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -580,8 +521,6 @@ class Executor:
                 os.close(lock)
 
     def _establish_provenance(self, cache: Path | None, device: str):
-        from . import provenance
-
         began = time.monotonic()
         saved = (self.launches, self._tag, self.failure)
         work = self.settings.workdir

@@ -1,8 +1,8 @@
 """Is the attention of the Triton Function done by the submission's own Triton kernels? The harness decides.
 
 Read by ``client.py`` (which asks once per harness process, or once per grade through a cache
-file, before it credits any call of the Triton Function) and by staff reading the grader's
-threat model. Nothing here runs in the executor, and nothing the
+file, before it credits any call of the Triton Function, and then applies ``check_triton_call``
+to each call) and by staff reading the grader's threat model. Nothing here runs in the executor, and nothing the
 executor reports decides the answer: the evidence is the submission's outputs, compared here
 with a truth computed here, in two runs:
 
@@ -34,22 +34,32 @@ from pathlib import Path
 
 import torch
 
-from .client import _is_jit  # the same reading of "@triton.jit" as the launch check's
+from .triton_source import KernelReader  # the one reading of "@triton.jit"
 
 STORE_NAMES = frozenset({"store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                          "atomic_xchg", "atomic_cas", "_experimental_descriptor_store", "async_copy_shared_to_global"})
 SECRET_ENV = "CS336_HIDDEN_SEED"
 
+# aten operators that compute attention: a Triton Function's forward must leave them to its kernels
+ATTENTION_OPS = frozenset({
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "softmax", "_softmax", "log_softmax",
+    "_log_softmax", "logsumexp", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math", "_flash_attention_forward",
+    "_efficient_attention_forward", "_cudnn_attention_forward", "flex_attention",
+})
+
 
 class _DropStores(ast.NodeTransformer):
     """Inside ``@triton.jit`` functions: a statement that only calls a store or an atomic becomes ``pass``."""
 
-    def __init__(self):
+    def __init__(self, kernels: set[str]):
+        self.kernels = kernels
         self.dropped = 0
         self.depth = 0
 
     def visit_FunctionDef(self, node: ast.FunctionDef):
-        jit = any(_is_jit(d) for d in node.decorator_list)
+        jit = node.name in self.kernels
         self.depth += jit
         self.generic_visit(node)
         self.depth -= jit
@@ -73,7 +83,7 @@ def drop_kernel_stores(source: str) -> tuple[str, int]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return source, 0
-    dropper = _DropStores()
+    dropper = _DropStores(KernelReader(tree).kernels())
     tree = dropper.visit(tree)
     if not dropper.dropped:
         return source, 0
@@ -130,6 +140,35 @@ class Verdict:
     def from_json(text: str) -> Verdict:
         data = json.loads(text)
         return Verdict(bool(data["proven"]), str(data["why"]), tuple(tuple(row) for row in data.get("table", ())))
+
+
+def check_triton_call(verdict: Verdict, kernels: dict[str, set[str]], launches: list, aten) -> None:
+    """Raise AssertionError unless one call of the Triton Function may earn credit.
+
+    It may when (1) ``verdict`` (established by ``prove``, from outputs the harness judged
+    itself) says the submission's kernels compute the attention, (2) the call's launch record
+    shows one of ``kernels`` (``{file: names}``, from ``triton_source``) launched, and (3) its
+    record of aten operators holds none of ``ATTENTION_OPS``. (2) and (3) are gathered in the
+    executor, where the submission could forge them, so they only ever take credit away.
+    """
+    if not verdict.proven:
+        raise AssertionError(f"no Triton credit: {verdict.why}")
+    if not any(name in kernels.get(file, set()) for name, file in launches):
+        seen = ", ".join(sorted({name for name, _ in launches})) or "none"
+        defined = ", ".join(sorted(f"{file}:{name}" for file, names in kernels.items() for name in names)) or "none"
+        raise AssertionError(
+            "the Triton Function returned without launching a @triton.jit kernel defined in your submission "
+            f"(kernels of your files launched: {seen}; @triton.jit functions found in your files: {defined}). "
+            "Its forward must do the attention in your own Triton kernels: PyTorch operations, "
+            "scaled_dot_product_attention, FlexAttention or kernels that torch.compile generates earn no Triton points."
+        )
+    names = {str(name) for name in aten if isinstance(name, str)} if isinstance(aten, list) else set()
+    used = sorted(names & ATTENTION_OPS)
+    if used:
+        raise AssertionError(
+            f"the Triton Function's forward ran attention math in PyTorch ({', '.join(used)}): the attention "
+            "must be computed by your own @triton.jit kernels (handout §2.4); PyTorch may only check inputs, "
+            "allocate outputs and launch the kernels.")
 
 
 def _outcome(run, case: Case, device: str) -> tuple[str, str]:
