@@ -3,7 +3,7 @@
     python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
     python -m autograder bundle [--out dist/gradescope_autograder.zip]
     python -m autograder release [--out dist/student]
-    python -m autograder batch EXPORT --out DIR [--executor local|slurm] [--gpus auto] [--jobs N] [--dry-run] [--partial]
+    python -m autograder batch EXPORT --out DIR [--cluster local|slurm] [--gpus auto] [--jobs N] [--dry-run] [--partial]
 
 SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes. ``grade`` always writes DIR/results.json (Gradescope's format) and
@@ -95,62 +95,27 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from autograder.batch.executors import SlotError, SlurmParams
+    from autograder.batch.driver import cluster_from_flags
+    from autograder.batch.executors import SlotError
     from autograder.batch.export import ExportError
     from autograder.batch.grading import BatchOptions, grade_batch
 
-    extra = []
-    for item in args.slurm_extra or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"batch: --slurm-extra {item!r}: expected KEY=VALUE (an sbatch option without --)")
-        extra.append((key, value))
-    if args.gpus_per_job < 0 or args.gpus_per_job == 0 and args.executor == "local":
+    if args.gpus_per_job < 0 or args.gpus_per_job == 0 and args.cluster == "local":
         raise SystemExit(f"batch: --gpus-per-job {args.gpus_per_job}: expected 1 or more (0, CPU jobs, is for "
-                         "--executor slurm on a CPU partition; on this machine use --gpus 0)")
-    if args.poll_s is not None and not args.poll_s > 0:
-        raise SystemExit(f"batch: --poll-s {args.poll_s}: expected seconds above 0 (or leave it out for the default)")
-    slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
-                        cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
-                        gpus=args.gpus_per_job, extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
-    options = BatchOptions(
-        export=Path(args.export), out=Path(args.out), executor=args.executor, gpus=args.gpus,
-        gpus_per_job=args.gpus_per_job, jobs=args.jobs,
-        problems=[name for name in args.problems.split(",") if name] if args.problems else None,
-        grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout, slurm=slurm,
-        dry_run=args.dry_run, partial=args.partial, poll_s=args.poll_s)
+                         "--executor slurm (--cluster slurm) on a CPU partition; on this machine use --gpus 0)")
     try:
+        # submitit's jobs get GPUs on Slurm unless --gpus-per-job 0, and on its local executors when --gpus names some
+        cluster = cluster_from_flags(args, "batch", gpus_per_job=args.gpus_per_job, cluster_gpus=(
+            args.cluster == "slurm" and args.gpus_per_job > 0 or args.gpus not in ("0", "none", "auto")))
+        options = BatchOptions(
+            export=Path(args.export), out=Path(args.out), cluster=cluster,
+            problems=[name for name in args.problems.split(",") if name] if args.problems else None,
+            grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout,
+            dry_run=args.dry_run, partial=args.partial)
         return grade_batch(options)
     except (ExportError, SlotError) as error:
         print(f"batch: {error}", file=sys.stderr)
         return 2
-
-
-def add_batch_flags(parser: argparse.ArgumentParser, job_name: str) -> None:
-    """The executor flags that ``autograder batch`` and ``leaderboard batch`` share."""
-    parser.add_argument("export", help="Gradescope's Export Submissions zip, or the folder it unpacks to "
-                        "(submission_metadata.yml and one folder a submission)")
-    parser.add_argument("--executor", choices=("local", "slurm", "submitit-local", "submitit-debug"), default="local",
-                        help="local: this machine; slurm: a Slurm job array through submitit, one GPU a job; "
-                             "submitit-local/submitit-debug: submitit's own executors (tests of the Slurm path)")
-    parser.add_argument("--gpus", default="auto", help="local executor: GPUs to use, one job per GPU at a time: "
-                        "auto (every GPU nvidia-smi lists), a count, a list like 0,2, or 0 for none (default auto)")
-    parser.add_argument("--jobs", type=int, default=2, help="local executor without GPUs: jobs at a time (default 2)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print what would run (and for slurm the exact sbatch script) and stop")
-    slurm = parser.add_argument_group("slurm (with --executor slurm)")
-    slurm.add_argument("--partition", help="Slurm partition")
-    slurm.add_argument("--account", help="Slurm account")
-    slurm.add_argument("--qos", help="Slurm quality of service")
-    slurm.add_argument("--time", type=int, default=60, help="minutes per job (default 60)")
-    slurm.add_argument("--cpus", type=int, default=16, help="CPUs per job (default 16)")
-    slurm.add_argument("--mem-gb", type=int, default=64, help="memory per job in GB (default 64)")
-    slurm.add_argument("--array-parallelism", type=int, default=64, help="array tasks running at once (default 64)")
-    slurm.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE",
-                       help="another sbatch option, e.g. constraint=h100 (repeatable)")
-    slurm.add_argument("--slurm-setup", action="append", metavar="LINE",
-                       help="a shell line each job runs first, e.g. 'module load cuda' (repeatable)")
-    parser.set_defaults(job_name=job_name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,21 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     release.add_argument("--force", action="store_true", help="replace --out if it exists")
     release.set_defaults(run=_release)
 
+    from autograder.batch.driver import add_flags
+
     batch = commands.add_parser("batch", help="grade every submission of a Gradescope export (local GPUs or Slurm); "
                                 "write each results.json, a class CSV and histograms")
-    add_batch_flags(batch, "cs336-grade")
+    add_flags(batch, "cs336-grade")
     batch.add_argument("--out", required=True, help="folder for results, logs, scores.csv, histograms, summary")
     batch.add_argument("--problems", help="grade only these problems (comma-separated; passed to each grade)")
     batch.add_argument("--grade-jobs", type=int, help="--jobs of each grade (test process chains at a time)")
     batch.add_argument("--gpus-per-job", type=int, default=1,
                        help="GPUs each grade gets (a local slot's CUDA_VISIBLE_DEVICES, or Slurm's --gpus-per-node); "
                             "2 grades part 2's NCCL tests, which one GPU leaves 'not graded' (default 1); "
-                            "0 with --executor slurm: CPU jobs, graded as on a CPU runner")
+                            "0 with --cluster slurm: CPU jobs, graded as on a CPU runner")
     batch.add_argument("--test-timeout", type=float, help="--test-timeout of each grade")
     batch.add_argument("--timeout", type=float, help="--timeout of each grade")
-    batch.add_argument("--poll-s", type=float,
-                       help="seconds between looks at the submitted jobs (default 15 on Slurm, which each look "
-                            "asks through sacct; 2 for submitit's local executors)")
     batch.add_argument("--partial", action="store_true",
                        help="write scores.csv even when this runner could not grade every point (GPU tests on a "
                             "CPU: its Ungraded Points column says how many); without it such a batch writes no CSV "

@@ -3,7 +3,7 @@
     python -m leaderboard run SUBMISSION --name NAME [--quick] [--cpu] [--repeats N] [--store PATH] [--unisolated]
     python -m leaderboard table [--store PATH] [--out DIR] [--all]
     python -m leaderboard selftest [--cpu] [--out DIR] [--only NAME ...] [--unisolated]
-    python -m leaderboard batch EXPORT [--out DIR] [--executor local|slurm] [--gpus auto] [--quick] [--cpu] [--dry-run]
+    python -m leaderboard batch EXPORT [--out DIR] [--cluster local|slurm] [--gpus auto] [--quick] [--cpu] [--dry-run]
 
 One flag means one thing in every command: ``--cpu`` runs the pipeline on a CPU (a small
 problem under Triton's interpreter; its times mean nothing; its records are marked
@@ -145,18 +145,14 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from autograder.batch.executors import SlurmParams
+    from autograder.batch.executors import SlotError
     from autograder.batch.export import ExportError
 
     from leaderboard.batch import leaderboard_batch
 
-    extra = [tuple(item.split("=", 1)) for item in args.slurm_extra or [] if "=" in item]
-    args.slurm = SlurmParams(partition=args.partition, account=args.account, qos=args.qos, time_min=args.time,
-                             cpus=args.cpus, mem_gb=args.mem_gb, array_parallelism=args.array_parallelism,
-                             job_name=args.job_name, extra=tuple(extra), setup=tuple(args.slurm_setup or ()))
     try:
         return leaderboard_batch(args)
-    except ExportError as error:
+    except (ExportError, SlotError) as error:
         print(f"leaderboard batch: {error}", file=sys.stderr)
         return 2
 
@@ -200,11 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     selftest.set_defaults(handler=cmd_selftest)
 
-    from autograder.__main__ import add_batch_flags
+    from autograder.batch.driver import add_flags
 
     batch = commands.add_parser("batch", help="time every submission of a Gradescope export, one GPU each, and "
                                 "write the table")
-    add_batch_flags(batch, "cs336-leaderboard")
+    add_flags(batch, "cs336-leaderboard")
     batch.add_argument("--out", type=Path, default=DEFAULT_STORE.parent / "batch",
                        help="folder for each run's log and record (default leaderboard/results/batch)")
     batch.add_argument("--store", type=Path, default=None,

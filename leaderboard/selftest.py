@@ -8,7 +8,9 @@ Staff run this on the leaderboard GPU after changing the leaderboard or the refe
 It passes when the reference is accepted (timed three times in one run, with a spread of at
 most ``MAX_REFERENCE_SPREAD_PCT`` between the three medians), the honest slow fixture is
 accepted, and every cheat fixture is refused with the reasons ``fixtures.FIXTURES`` lists.
-Records, ``summary.md`` and the table go to ``leaderboard/results/selftest/`` (or ``--out``).
+Records, ``summary.md`` (written by the batches' one summary writer, autograder/batch/driver.py:
+counts, wall time, the slowest entries, those not as expected, then a table of every entry) and
+the table go to ``leaderboard/results/selftest/`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autograder.batch.driver import Tally, summary_lines, write_summary
+from leaderboard.batch import code_version
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, run_submission
 from leaderboard.sandbox import is_root
@@ -100,34 +104,32 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
     for number, entry in enumerate(entries, start=1):
         print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
               f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
+        began = time.monotonic()
         record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store, unisolated=unisolated)
         print(describe(record), flush=True)
         ok, note = judge(entry, record)
-        rows.append((entry, record, ok, note))
-    elapsed = time.monotonic() - started
+        rows.append((entry, record, ok, note, time.monotonic() - began))
 
     env = rows[0][1].get("environment", {}) if rows else {}
-    lines = [
-        "# Leaderboard self-test",
-        "",
-        f"`python -m leaderboard selftest{' --cpu' if dry_run else ''}` on {env.get('gpu', '?')} "
-        f"(torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, Python {env.get('python', '?')}), "
-        f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}.",
-        "",
-        f"{sum(ok for _, _, ok, _ in rows)} of {len(rows)} as expected, in {elapsed:.0f} s.",
-        "",
-        "| submission | mode | expected | verdict | time (ms) | as expected |",
-        "|---|---|---|---|---:|---|",
-    ]
-    for entry, record, ok, note in rows:
+    tally = Tally(total=len(rows), done=sum(ok for _, _, ok, _, _ in rows),
+                  failed=[(entry.name, note) for entry, _, ok, note, _ in rows if not ok],
+                  seconds=time.monotonic() - started, where=env.get("gpu", "?"),
+                  slowest=sorted(((entry.name, s) for entry, *_, s in rows), key=lambda item: -item[1])[:5],
+                  version=f"code {code_version()}")
+    head = [f"`python -m leaderboard selftest{' --cpu' if dry_run else ''}` on {env.get('gpu', '?')} "
+            f"(torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, Python {env.get('python', '?')}), "
+            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}."]
+    table = ["| submission | mode | expected | verdict | time (ms) | as expected |",
+             "|---|---|---|---|---:|---|"]
+    for entry, record, ok, note, _ in rows:
         expected = "accepted" if not entry.expected else "refused: " + ", ".join(entry.expected)
         time_ms = record.get("time_ms")
-        lines.append(
+        table.append(
             f"| {entry.name} | {entry.mode} | {expected} | {note} | {'–' if time_ms is None else f'{time_ms:.3f}'} | {'yes' if ok else '**NO**'} |"
         )
-    summary = "\n".join(lines) + "\n"
-    (out_dir / "summary.md").write_text(summary, encoding="utf-8")
+    summary = write_summary(out_dir, summary_lines("Leaderboard self-test", tally, "as expected", unit="entries",
+                                                   head=head, body=table))
     markdown, png = write_table(read_records(store), out_dir, include_unofficial=True)
     print("\n" + summary)
     print(f"records: {store}\ntable: {markdown}" + (f", {png}" if png else ""))
-    return 0 if all(ok for _, _, ok, _ in rows) else 1
+    return 0 if all(ok for _, _, ok, _, _ in rows) else 1

@@ -1,6 +1,6 @@
 """A one-node Slurm cluster on this machine, from Debian's packages, for trying the batch's Slurm path.
 
-Read by staff who want to see ``python -m autograder batch --executor slurm`` work before pointing
+Read by staff who want to see ``python -m autograder batch --cluster slurm`` work before pointing
 it at their cluster, and by the selftest ``test_batch_real_slurm.py``. Nothing here is used to grade
 a class on a real cluster.
 
