@@ -1,7 +1,7 @@
 """The truth every FlashAttention-2 check compares against: plain attention in float64.
 
 Read by the visible tests (tests/test_flash_*.py), the hidden tests, the tolerance script and
-the leaderboard's correctness gate (leaderboard/gate.py, in the worker and again in the parent).
+the leaderboard's correctness gate (in its worker, and again in its parent).
 One implementation, ``attention_float64``, with the contract of the assignment: scale
 1/sqrt(d), causal masking top-left aligned (query i sees key j iff i >= j), masked scores get
 -1e6 added.

@@ -2,7 +2,7 @@
 every table stated in it.
 
 Read by tests/flash_cases.py (every FlashAttention-2 check), by the leaderboard's correctness
-gate (leaderboard/gate.py) and by TAs who wonder why a number is what it is.
+gate and by TAs who wonder why a number is what it is.
 
 The model (``Tolerance``): a tensor passes when it is finite and
 
