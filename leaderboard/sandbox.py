@@ -54,8 +54,12 @@ WORKER_MODULES = (
     "leaderboard/trusted.py",
     "leaderboard/worker.py",
     "tests/__init__.py",
+    "tests/assertions.py",
     "tests/executor/__init__.py",
     "tests/executor/launches.py",
+    "tests/executor/triton_source.py",
+    "tests/flash_reference.py",
+    "tests/flash_tolerances.py",
     "tests/submission.py",
 )
 # Variables of the parent's environment the worker may see: where the GPU, its libraries and a

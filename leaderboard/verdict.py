@@ -154,13 +154,15 @@ def _tensors(message: Message, shape: tuple[int, ...], dtype: torch.dtype, devic
 
 def check_gate(message: Message, run: Run, judgement: Judgement) -> None:
     """The correctness gate, recomputed in the parent on the inputs its seed gives."""
-    from leaderboard.gate import check_inputs, compare_all, reference_attention
+    from leaderboard.gate import check_inputs, compare_all
+    from tests.flash_reference import attention_float64
+    from tests.flash_tolerances import GATE_TOLERANCES
 
     p = run.problem
     got = _tensors(message, p.shape, p.dtype, p.device)
     q, k, v, do = check_inputs(p, run.seed, "gate", 4).unbind(0)
-    want = reference_attention(q, k, v, do, p.is_causal)
-    comparisons = compare_all(got, want, config.TOLERANCES[p.dtype])
+    want = attention_float64(q, k, v, p.is_causal, do)
+    comparisons = compare_all(got, want, GATE_TOLERANCES[p.dtype])
     judgement.fields["gate"] = {c.name: c.as_dict() for c in comparisons}
     problems = [c.problem for c in comparisons if c.problem]
     judgement.passed("incorrect", Refusal("incorrect", "; ".join(problems)) if problems else None)
@@ -168,15 +170,17 @@ def check_gate(message: Message, run: Run, judgement: Judgement) -> None:
 
 def check_fresh(message: Message, label: str, run: Run, judgement: Judgement) -> None:
     """One fresh-input call, compared in the parent on the batch element its seed picks."""
-    from leaderboard.gate import check_inputs, checked_batch_element, compare_all, reference_attention
+    from leaderboard.gate import check_inputs, checked_batch_element, compare_all
+    from tests.flash_reference import attention_float64
+    from tests.flash_tolerances import GATE_TOLERANCES
 
     p = run.problem
     b = checked_batch_element(p, run.seed, label)
     _require(message.header.get("batch") == b, f"fresh {label} reports batch element {message.header.get('batch')!r}, not {b}")
     got = _tensors(message, (1, p.n, p.d), p.dtype, p.device)
     q, k, v = check_inputs(p, run.seed, label, 3)[:, b : b + 1].unbind(0)
-    want = reference_attention(q, k, v, torch.ones_like(q), p.is_causal)
-    problems = [c.problem for c in compare_all(got, want, config.TOLERANCES[p.dtype]) if c.problem]
+    want = attention_float64(q, k, v, p.is_causal, torch.ones_like(q))
+    problems = [c.problem for c in compare_all(got, want, GATE_TOLERANCES[p.dtype]) if c.problem]
     if problems:
         judgement.refuse(
             Refusal(

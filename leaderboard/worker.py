@@ -73,6 +73,7 @@ class Evaluation:
 
         from leaderboard import config
         from leaderboard.trusted import capture_clock, snapshot
+        from tests.flash_tolerances import GATE_TOLERANCES
 
         self.torch = torch
         self.submission = submission
@@ -82,7 +83,7 @@ class Evaluation:
         self.problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
         self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
         self.limits = config.LIMITS_DRY_RUN if mode == "dry-run" else config.LIMITS
-        self.tolerances = config.TOLERANCES[self.problem.dtype]
+        self.tolerances = GATE_TOLERANCES[self.problem.dtype]
         self.channel = channel
         self.seed = seed
         self.triton_names = set(triton_names)
@@ -212,7 +213,8 @@ class Evaluation:
 
     def correctness_gate(self) -> None:
         from leaderboard.detectors import Refusal, check_unchanged
-        from leaderboard.gate import compare_all, reference_attention
+        from leaderboard.gate import compare_all
+        from tests.flash_reference import attention_float64
 
         p = self.problem
         if self.cuda:  # the official harness, literally
@@ -236,7 +238,7 @@ class Evaluation:
         self.refuse(check_unchanged(copies, {name: t.detach() for name, t in inputs.items()}))
         self.passed("mutated_inputs")
         log("computing the float64 reference (in chunks of queries)")
-        want = reference_attention(q, k, v, do, p.is_causal)
+        want = attention_float64(q, k, v, p.is_causal, do)
         got = {"O": o, "dQ": q.grad, "dK": k.grad, "dV": v.grad}
         comparisons = compare_all(got, want, self.tolerances)
         log("gate: " + ", ".join(f"{c.name} rel L2 {c.rel_l2:.2e}" for c in comparisons))
@@ -248,7 +250,8 @@ class Evaluation:
 
     def fresh_inputs(self) -> None:
         from leaderboard.detectors import Refusal
-        from leaderboard.gate import check_inputs, checked_batch_element, compare_all, reference_attention
+        from leaderboard.gate import check_inputs, checked_batch_element, compare_all
+        from tests.flash_reference import attention_float64
 
         p = self.problem
         torch = self.torch
@@ -273,7 +276,7 @@ class Evaluation:
             self.clock.synchronize()
             b = checked_batch_element(p, self.seed, label)
             one = slice(b, b + 1)
-            want = reference_attention(q[one], k[one], v[one], torch.ones_like(o[one]), p.is_causal)
+            want = attention_float64(q[one], k[one], v[one], p.is_causal, torch.ones_like(o[one]))
             got = {"O": o[one], "dQ": base.grad[0, one], "dK": base.grad[1, one], "dV": base.grad[2, one]}
             problems = [c.problem for c in compare_all(got, want, self.tolerances) if c.problem]
             if problems:

@@ -34,14 +34,11 @@ import torch
 from hypothesis import strategies as st
 
 from tests.assertions import assert_close, assert_meta, assert_norm_close
-from tests.flash_reference import AttentionResult, attention_chunked, attention_float64
-from tests.flash_tolerances import IMPLEMENTATIONS, NORM_TOLERANCES, tolerance
+from tests.flash_reference import AttentionResult, attention_float64
+from tests.flash_tolerances import IMPLEMENTATIONS, tolerance
 
 LAYOUTS = ("contiguous", "transposed", "sliced", "mixed")
 HEAD_DIMS = (16, 32, 64, 128)
-# Above this many score elements (batch * n_queries * n_keys) the truth is computed in float32
-# chunks instead of one float64 matrix.
-FLOAT64_REFERENCE_LIMIT = 2**25
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -164,10 +161,8 @@ class FlashCase:
         return _lay_out(values.to(device=self.device, dtype=self.dtype), self._layouts()[3])
 
     def truth(self, Q, K, V, dO=None) -> AttentionResult:
-        """The reference result for these inputs: float64, or float32 chunks for huge shapes."""
-        if self.batch * self.n_queries * self.n_keys <= FLOAT64_REFERENCE_LIMIT:
-            return attention_float64(Q, K, V, self.is_causal, dO)
-        return attention_chunked(Q, K, V, self.is_causal, dO)
+        """The reference result for these inputs, in float64 (tests/flash_reference.py)."""
+        return attention_float64(Q, K, V, self.is_causal, dO)
 
 
 def compile_apply(function, backend: str):
@@ -297,16 +292,16 @@ def case_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[
     """The tolerance for ``quantity`` of ``case``: tests/flash_tolerances.py's, with atol scaled
     by ``case.v_scale`` for the quantities that scale with V (O, dQ, dK; L and dV do not), so that
     an error relative to the size of V is judged the same at any scale."""
-    tol = tolerance(case.dtype, quantity, implementation)
+    tol = tolerance(case.dtype, quantity, implementation).elementwise()
     if quantity in ("O", "dQ", "dK"):
         tol["atol"] *= case.v_scale
     return tol
 
 
 def case_norm_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[str, float]:
-    """``{"rtol", "atol"}`` of the whole-tensor check of ``quantity`` (tests/flash_tolerances.py
-    ``NORM_TOLERANCES``; atol, the element-wise one of ``case_tolerance``, says where it applies)."""
-    return {"rtol": NORM_TOLERANCES[case.dtype][quantity], "atol": case_tolerance(case, quantity, implementation)["atol"]}
+    """``{"rtol", "atol"}`` of the whole-tensor check of ``quantity``: the tolerance's ``norm``
+    (tests/flash_tolerances.py), and the element-wise atol of ``case_tolerance``, which says where it applies."""
+    return {"rtol": tolerance(case.dtype, quantity, implementation).norm, "atol": case_tolerance(case, quantity, implementation)["atol"]}
 
 
 def _check_implementation(implementation: str) -> None:

@@ -77,8 +77,8 @@ def check_saved_tensors(function: type[torch.autograd.Function], case: FlashCase
     L = saved_logsumexp(O, case.batch, case.n_queries, context)
     assert_meta(L, shape=(case.batch, case.n_queries), dtype=torch.float32, what="saved logsumexp L", context=context)
     truth = case.truth(Q, K, V)  # the right shapes earn nothing unless the values are right too
-    assert_close(O, truth.O, **tolerance(case.dtype, "O", implementation), what="O", context=context)
-    assert_close(L, truth.L, **tolerance(case.dtype, "L", implementation), what="saved logsumexp L", context=context)
+    assert_close(O, truth.O, **tolerance(case.dtype, "O", implementation).elementwise(), what="O", context=context)
+    assert_close(L, truth.L, **tolerance(case.dtype, "L", implementation).elementwise(), what="saved logsumexp L", context=context)
     limit = case.n_queries * case.n_keys
     if case.batch * case.d >= min(case.n_queries, case.n_keys):
         raise ValueError(f"pick a case with batch * d < min(n_queries, n_keys); got {case}")
@@ -111,7 +111,7 @@ def check_repeat_call(function: type[torch.autograd.Function], case: FlashCase, 
     again_L = saved_logsumexp(again, case.batch, case.n_queries, context)
     assert_close(again_L, first_L, atol=0.0, rtol=0.0, what="L of a repeat call (must equal the first)", context=context)
     truth = case.truth(Q, K, V)
-    assert_close(first, truth.O, **tolerance(case.dtype, "O", implementation), what="O", context=context)
+    assert_close(first, truth.O, **tolerance(case.dtype, "O", implementation).elementwise(), what="O", context=context)
 
 
 def check_compiled(function: type[torch.autograd.Function], case: FlashCase, implementation: str,
@@ -143,12 +143,12 @@ def check_compiled(function: type[torch.autograd.Function], case: FlashCase, imp
             function.apply(Q.detach(), K.detach(), V.detach(), case.is_causal)
     truth = case.truth(Q, K, V, dO)
     try:
-        assert_close(O, truth.O, **tolerance(case.dtype, "O", implementation), what="O", context=context)
+        assert_close(O, truth.O, **tolerance(case.dtype, "O", implementation).elementwise(), what="O", context=context)
         if backward:
             with reporting(case, implementation, "backward", compiled_call + " and its backward"):
                 grads = torch.autograd.grad(O, (Q, K, V), dO)
             for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
-                assert_close(grad, expected, **tolerance(case.dtype, name, implementation), what=name,
+                assert_close(grad, expected, **tolerance(case.dtype, name, implementation).elementwise(), what=name,
                              context=context + ", backward")
     except AssertionError as compiled_error:
         if implementation != "pytorch" or not _eager_is_right(function, case, implementation, backward):
@@ -170,11 +170,11 @@ def _eager_is_right(function, case: FlashCase, implementation: str, backward: bo
     try:
         O = function.apply(Q, K, V, case.is_causal)
         truth = case.truth(Q, K, V, dO)
-        assert_close(O, truth.O, **tolerance(case.dtype, "O", implementation), what="O")
+        assert_close(O, truth.O, **tolerance(case.dtype, "O", implementation).elementwise(), what="O")
         if backward:
             grads = torch.autograd.grad(O, (Q, K, V), dO)
             for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
-                assert_close(grad, expected, **tolerance(case.dtype, name, implementation), what=name)
+                assert_close(grad, expected, **tolerance(case.dtype, name, implementation).elementwise(), what=name)
     except Exception:  # noqa: BLE001  eager is wrong too (or crashed): the compiled failure stands
         return False
     return True
@@ -234,13 +234,13 @@ def check_large_logits(function: type[torch.autograd.Function], implementation: 
         O = function.apply(Q, K, V, is_causal)
     dO = torch.randn(O.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device) if backward else None
     truth = attention_float64(Q, K, V, is_causal, dO)
-    loose = {key: 10 * value for key, value in tolerance(torch.float32, "O", implementation).items()}
+    loose = {key: 10 * value for key, value in tolerance(torch.float32, "O", implementation).elementwise().items()}
     assert_close(O, truth.O, **loose, what="O", context=context)
     if backward:
         with _naming_failures(context + ", backward", implementation, device):
             grads = torch.autograd.grad(O, (Q, K, V), dO)
         for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
-            loose = {key: 10 * value for key, value in tolerance(torch.float32, name, implementation).items()}
+            loose = {key: 10 * value for key, value in tolerance(torch.float32, name, implementation).elementwise().items()}
             assert_close(grad, expected, **loose, what=name, context=context + ", backward")
 
 
@@ -253,4 +253,4 @@ def check_sum_backward(function: type[torch.autograd.Function], case: FlashCase,
         grads = torch.autograd.grad(O.sum(), (Q, K, V))
     truth = case.truth(Q, K, V, torch.ones(O.shape, device=O.device, dtype=O.dtype))
     for name, grad, expected in zip(("dQ", "dK", "dV"), grads, truth[2:]):
-        assert_close(grad, expected, **tolerance(case.dtype, name, implementation), what=name, context=context)
+        assert_close(grad, expected, **tolerance(case.dtype, name, implementation).elementwise(), what=name, context=context)

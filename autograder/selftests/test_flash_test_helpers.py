@@ -1,8 +1,9 @@
 """The pieces every FlashAttention-2 test leans on are themselves right.
 
-Staff only. Checks tests/flash_reference.py (the truth) against PyTorch's own attention,
-the chunked truth against the float64 one, tests/assertions.py's verdicts and messages, and
-that tests/flash_cases.py's layouts really are what they claim.
+Staff only. Checks tests/flash_reference.py (the truth of the tests and of the leaderboard's
+gate) against PyTorch's own attention, its chunks against one chunk, tests/assertions.py's
+verdicts and messages, tests/flash_tolerances.py's tables, and that tests/flash_cases.py's
+layouts really are what they claim.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import torch.nn.functional as F
 
 from tests.assertions import assert_close, assert_meta
 from tests.flash_cases import LAYOUTS, FlashCase
-from tests.flash_reference import attention_chunked, attention_float64
-from tests.flash_tolerances import IMPLEMENTATIONS, PYTORCH_FLOAT32, QUANTITIES, TOLERANCES, tolerance
+from tests.flash_reference import attention_float64
+from tests.flash_tolerances import GATE_TOLERANCES, IMPLEMENTATIONS, PYTORCH_FLOAT32, QUANTITIES, TOLERANCES, Tolerance, tolerance
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
@@ -35,15 +36,20 @@ def test_float64_truth_matches_pytorch_attention(n_queries, n_keys, is_causal):
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_chunked_truth_matches_float64(is_causal):
+def test_chunks_of_queries_give_the_one_chunk_truth(is_causal):
+    """Five chunks, the last one ragged: the causal mask must follow each chunk's offset, and dK,
+    dV must sum over every chunk (the leaderboard's shape takes 32 chunks)."""
     case = FlashCase(batch=2, n_queries=300, n_keys=200, d=32, dtype=torch.bfloat16, is_causal=is_causal,
                      layout="mixed", seed=5)
     Q, K, V = case.make_inputs()
     dO = case.make_grad_output()
-    exact = attention_float64(Q, K, V, is_causal, dO)
-    chunked = attention_chunked(Q, K, V, is_causal, dO, chunk=64)
-    for name, a, e in zip(QUANTITIES, chunked, exact):
-        assert_close(a, e, atol=1e-5, rtol=1e-5, what=name, context="chunked vs float64 truth")
+    whole = attention_float64(Q, K, V, is_causal, dO, chunk=300)
+    chunked = attention_float64(Q, K, V, is_causal, dO, chunk=64)
+    for name, a, e in zip(QUANTITIES, chunked, whole):
+        assert a.dtype == torch.float64
+        assert_close(a, e, atol=1e-12, rtol=1e-12, what=name, context="64-query chunks vs one chunk")
+    forward_only = attention_float64(Q, K, V, is_causal, chunk=64)
+    assert torch.equal(forward_only.O, chunked.O) and forward_only.dQ is None
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -88,19 +94,28 @@ def test_every_dtype_and_quantity_has_a_tolerance():
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             for quantity in QUANTITIES:
                 tol = tolerance(dtype, quantity, implementation)
-                assert 0 < tol["atol"] <= 0.1 and 0 <= tol["rtol"] <= 0.1
-    assert set(TOLERANCES) == {torch.float32, torch.float16, torch.bfloat16}
+                assert 0 < tol.atol <= 0.1 and 0 <= tol.rtol <= 0.1 and tol.max_frac == 0
+                assert (tol.norm is None) == (quantity == "L")  # every quantity but L has a norm bound
+    assert set(TOLERANCES) == set(GATE_TOLERANCES) == {torch.float32, torch.float16, torch.bfloat16}
 
 
 def test_the_pytorch_function_in_float32_gets_no_tf32_allowance():
     """float32 arithmetic errs by ~1e-6 (tests/flash_tolerances.py); a float16 accumulator by ~1e-3."""
     for quantity in QUANTITIES:
         pytorch = tolerance(torch.float32, quantity, "pytorch")
-        assert pytorch == dict(zip(("atol", "rtol"), PYTORCH_FLOAT32[quantity]))
-        assert pytorch["atol"] <= 1e-4 and pytorch["rtol"] <= 1e-4
-        assert tolerance(torch.float32, quantity, "triton")["atol"] >= 10 * pytorch["atol"]
+        assert pytorch == PYTORCH_FLOAT32[quantity]
+        assert pytorch.atol <= 1e-4 and pytorch.rtol <= 1e-4
+        assert tolerance(torch.float32, quantity, "triton").atol >= 10 * pytorch.atol
     for dtype in (torch.float16, torch.bfloat16):
         assert tolerance(dtype, "O", "pytorch") == tolerance(dtype, "O", "triton")
+
+
+def test_assert_close_cannot_take_a_bound_relative_to_the_maximum():
+    """The leaderboard's tolerances bound elements by a fraction of the tensor's maximum, a term the
+    tests' assert_close lacks: asking for its keywords must fail, not drop the term."""
+    assert Tolerance(1e-3, 2e-3, norm=1e-2).elementwise() == {"atol": 1e-3, "rtol": 2e-3}
+    with pytest.raises(ValueError, match="maximum"):
+        GATE_TOLERANCES[torch.bfloat16]["O"].elementwise()
 
 
 def test_a_rerun_command_rebuilds_the_case():

@@ -11,7 +11,7 @@ and backward with a random dO, and records per quantity (O, L, dQ, dK, dV):
 - ``norm``: the smallest r for which every case passes ``||actual - expected|| <= r * ||expected||``
   (Frobenius norms over the whole tensor), over the cases where the check applies: the expected
   tensor's RMS at least the element-wise atol the tests use (tests/flash_cases.py ``case_tolerance``). That is the check
-  behind its ``NORM_TOLERANCES``; smaller expected tensors (an exactly zero gradient: one key
+  behind the tolerances' ``norm``; smaller expected tensors (an exactly zero gradient: one key
   makes the softmax constant) are left to the element-wise bound.
 
 ``--submission emulated`` measures a stand-in for a typical GPU kernel instead

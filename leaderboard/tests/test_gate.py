@@ -1,54 +1,51 @@
-"""The float64 reference (chunked over queries) and the comparison that gates every submission."""
+"""The comparison that gates every submission, under the leaderboard's tolerances.
 
-import math
+The float64 reference itself (tests/flash_reference.py) is checked by
+autograder/selftests/test_flash_test_helpers.py, chunks and all.
+"""
 
-import pytest
 import torch
 
-from leaderboard.config import TOLERANCES
-from leaderboard.gate import compare, compare_all, reference_attention
-
-
-def naive_attention(q, k, v, is_causal):
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])  # (batch, n_queries, n_keys)
-    if is_causal:
-        n_q, n_k = scores.shape[-2:]
-        visible = torch.arange(n_q)[:, None] >= torch.arange(n_k)[None, :]
-        scores = scores + torch.where(visible, 0.0, -1e6).double()
-    return torch.softmax(scores, -1) @ v
-
-
-@pytest.mark.parametrize("is_causal", [True, False])
-def test_chunked_reference_equals_full_attention(is_causal):
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, n, 24, generator=gen, dtype=torch.float64, requires_grad=True) for n in (37, 53, 53))
-    do = torch.randn(2, 37, 24, generator=gen, dtype=torch.float64)
-    ref = reference_attention(q.float(), k.float(), v.float(), do, is_causal, chunk=8)  # five chunks, ragged last
-    o = naive_attention(q, k, v, is_causal)
-    o.backward(do)
-    for name, want in (("O", o), ("dQ", q.grad), ("dK", k.grad), ("dV", v.grad)):
-        assert ref[name].dtype == torch.float64
-        torch.testing.assert_close(ref[name], want.detach(), rtol=1e-6, atol=1e-6, msg=name)
+from leaderboard.gate import GATED, compare, compare_all
+from tests.flash_reference import attention_float64
+from tests.flash_tolerances import GATE_TOLERANCES
 
 
 def test_bf16_rounding_passes_and_real_bugs_fail():
     gen = torch.Generator().manual_seed(1)
     q, k, v, do = (torch.randn(2, 64, 16, generator=gen) for _ in range(4))
-    want = reference_attention(q, k, v, do, True)
-    tol = TOLERANCES[torch.bfloat16]
-    rounded = {name: t.to(torch.bfloat16) for name, t in want.items()}
+    want = attention_float64(q, k, v, True, do)
+    tol = GATE_TOLERANCES[torch.bfloat16]
+    rounded = {name: getattr(want, name).to(torch.bfloat16) for name in GATED}
     assert all(c.problem is None for c in compare_all(rounded, want, tol))
 
-    wrong_scale = reference_attention(q * 1.25, k, v, do, True)["O"]
-    assert "relative L2 error" in compare("O", wrong_scale, want["O"], tol["O"]).problem
+    wrong_scale = attention_float64(q * 1.25, k, v, True, do).O
+    assert "relative L2 error" in compare("O", wrong_scale, want.O, tol["O"]).problem
 
     big = torch.randn(4, 4096, 16, generator=gen, dtype=torch.float64)  # norm ~ 512
     one_bad = big.clone()
     one_bad[1, 40, 3] += 1.0  # the average hides it (relative L2 ~ 0.002), the max does not
     result = compare("O", one_bad, big, tol["O"])
-    assert result.rel_l2 < tol["O"].rel_l2 and "(1, 40, 3)" in result.problem
+    assert result.rel_l2 < tol["O"].norm and "(1, 40, 3)" in result.problem
 
-    nan = want["dK"].clone()
+    nan = want.dK.clone()
     nan[0, 0, 0] = float("nan")
-    assert "non-finite" in compare("dK", nan, want["dK"], tol["dK"]).problem
-    assert "shape" in compare("dV", want["dV"][:, :10], want["dV"], tol["dV"]).problem
+    assert "non-finite" in compare("dK", nan, want.dK, tol["dK"]).problem
+    assert "shape" in compare("dV", want.dV[:, :10], want.dV, tol["dV"]).problem
+
+
+def test_every_term_of_the_tolerance_model_is_applied():
+    """The gate applies the whole rule of tests/flash_tolerances.py, not only the terms its own
+    tolerances use: atol, rtol and max_frac per element, the norm where set."""
+    from tests.flash_tolerances import Tolerance
+
+    want = torch.tensor([[[1.0, 10.0]]], dtype=torch.float64)
+    off = lambda a, b: torch.tensor([[[1.0 + a, 10.0 + b]]], dtype=torch.float64)  # noqa: E731
+    assert compare("O", off(0.05, 0.0), want, Tolerance(0.1, 0.0)).problem is None
+    assert "1 of 2 elements" in compare("O", off(0.2, 0.0), want, Tolerance(0.1, 0.0)).problem
+    assert compare("O", off(0.0, 0.9), want, Tolerance(0.0, 0.1)).problem is None  # 0.1 x |10|
+    assert "index (0, 0, 1)" in compare("O", off(0.0, 1.1), want, Tolerance(0.0, 0.1)).problem
+    assert compare("O", off(0.9, 0.0), want, Tolerance(0.0, 0.0, max_frac=0.1)).problem is None  # 0.1 x max|10|
+    assert "0.1 x max|ref|" in compare("O", off(1.1, 0.0), want, Tolerance(0.0, 0.0, max_frac=0.1)).problem
+    assert compare("O", off(0.2, 0.0), want, Tolerance(1.0, 0.0, norm=None)).problem is None
+    assert "relative L2 error" in compare("O", off(0.2, 0.0), want, Tolerance(1.0, 0.0, norm=1e-2)).problem

@@ -190,7 +190,7 @@ def _outcome(run, case: Case, device: str) -> tuple[str, str]:
     if not bool(torch.isfinite(actual).all()):
         return "wrong", "non-finite values"
     error = (actual - truth.to(actual.device)).abs()
-    bound = tol["atol"] + tol["rtol"] * truth.to(actual.device).abs()
+    bound = tol.atol + tol.rtol * truth.to(actual.device).abs()
     bad = int((error > bound).sum())
     return ("right", "") if bad == 0 else ("wrong", f"{bad} of {error.numel()} elements off, max {float(error.max()):.3g}")
 
