@@ -25,9 +25,9 @@ from pathlib import Path
 
 from autograder.batch.executors import Job, Outcome, Progress, local_devices, run_local, run_submitit, run_with_retry
 from autograder.batch.executors import slurm_script
-from autograder.batch.export import read_export, submission_hash
-from autograder.sandbox import SubmissionNotFound, locate_submission
+from autograder.batch.export import read_export
 from leaderboard.store import DEFAULT_STORE, append_record, read_records
+from tests.submission import SubmissionNotFound, locate_submission, submission_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_LIMIT_S = 1200  # the worker's own limit is 600 s; the parent's matmul rate and the check come on top

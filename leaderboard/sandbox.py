@@ -54,6 +54,8 @@ WORKER_MODULES = (
     "leaderboard/trusted.py",
     "leaderboard/worker.py",
     "tests/__init__.py",
+    "tests/executor/__init__.py",
+    "tests/executor/loading.py",
     "tests/submission.py",
 )
 # Variables of the parent's environment the worker may see: where the GPU, its libraries and a

@@ -46,9 +46,10 @@ from autograder.batch.executors import (
     run_with_retry,
     slurm_script,
 )
-from autograder.batch.export import Submission, read_export, submission_hash
+from autograder.batch.export import Submission, read_export
 from autograder.batch.report import class_report
 from autograder.manifest import load_manifest
+from tests.submission import submission_hash
 
 KIT = Path(__file__).resolve().parents[2]
 # What decides a grade: the grader, the visible and hidden tests, the manifest, the kit's conftest.
