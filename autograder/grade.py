@@ -45,10 +45,10 @@ from autograder.results import (
     write_results,
 )
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
-from autograder.sandbox import SandboxReport, SubmissionNotFound, SubmissionRejected, build_sandbox
+from autograder.sandbox import SandboxReport, SubmissionRejected, build_sandbox
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.zygote import Zygote
-from tests.submission import kit_link_roots
+from tests.submission import SubmissionNotFound, kit_link_roots
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixtures", Path("reference"))
