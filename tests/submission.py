@@ -1,4 +1,4 @@
-"""What a submission is, defined once: which files count, how they are read, their hash, and how its code is loaded.
+"""What a submission is, defined once: which files count, how they are read, its hash, how its code is loaded.
 
 A submission is a directory that holds ``adapters.py`` and ``cs336_systems/``. The student's
 checkout is one, the staff solution is another, and every buggy or cheating variant the grader
@@ -13,19 +13,19 @@ Read by everyone who handles a submission, and by students who wonder why a file
   ``sitecustomize.py``, ``*.pth``, ...), no cache or hidden file;
 - **reader** (``read_submission``): its files' bytes, read once, never following a symbolic link
   out of the submission (only into it, or into roots the caller names: the kit's own student
-  files, which the reference shares), each file within its size limit. What is left out is
+  files, which the staff solution shares), each file within its size limit. What is left out is
   listed with why; ``SubmissionFiles.whole`` turns a file of the submission that breaks a rule
   into an error that names it and the fix. The grader copies what it reads into its sandbox and
-  grades the rest (``autograder/sandbox.py``, which adds the reading of a zip); the leaderboard
-  refuses to time a submission with such a file (``leaderboard/runner.py``);
+  grades the rest (its intake adds the reading of a zip); the leaderboard refuses to time a
+  submission with such a file;
 - **hash** (``files_hash``, ``submission_hash``): a submission's identity in the leaderboard's
-  records and in both batches' caches;
+  records and in the grading and leaderboard batches' caches;
 - **loader** (``load_adapters``): imports its code into this process.
 
 Why here: this is the one module that every party may import. Students receive ``tests/``
-(``make_submission.sh`` and their own ``pytest`` read a submission too) but never
-``autograder/``; the leaderboard's worker gets a copy of this file and nothing of the grader.
-The executor may import only its own package and ``confine``, so the import step itself is
+(``make_submission.sh`` packs what this reader reads) but never the grader's code; the
+leaderboard's worker gets a copy of this file and nothing of the grader. The executor may
+import only its own package and ``confine``, so the import step itself is
 ``tests/executor/loading.py``, which this module builds on. Standard library only.
 """
 
