@@ -45,9 +45,10 @@ from autograder.results import (
     write_results,
 )
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
-from autograder.sandbox import SandboxReport, SubmissionNotFound, SubmissionRejected, build_sandbox
+from autograder.sandbox import SandboxReport, SubmissionRejected, build_sandbox
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.zygote import Zygote
+from tests.submission import SubmissionNotFound, kit_link_roots
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixtures", Path("reference"))
@@ -309,8 +310,7 @@ def grade(options: GradeOptions) -> GradeReport:
         shared.chmod(0o711)  # traversable by the executors, listable and readable by no one else
         sandbox_dir = shared / "submission"
         try:
-            sandbox = build_sandbox(options.submission, sandbox_dir,
-                                    link_roots=[kit / "cs336_systems", kit / "adapters.py"])
+            sandbox = build_sandbox(options.submission, sandbox_dir, link_roots=kit_link_roots(kit))
         except SubmissionRejected as error:  # a corrupt zip, or one over the limits: no test runs
             return _rejected(options, manifest, problems, error, started)
         except SubmissionNotFound as error:

@@ -2,15 +2,18 @@
 
 Read by the grader (autograder/grade.py) and by staff who wonder why a student's file was
 ignored. A submission is a directory, or a zip (as made by make_submission.sh), holding
-``adapters.py`` and ``cs336_systems/``. Only ``adapters.py``, ``cs336_systems/**/*.py`` and
-small data files under ``cs336_systems/`` (``.json``, ``.toml``, ``.yaml``/``.yml``, ``.txt``,
+``adapters.py`` and ``cs336_systems/``. What counts as one of its files, the size limits and
+where a symbolic link may point are defined once, in ``tests/submission.py`` (which the
+leaderboard reads submissions with too): ``adapters.py``, ``cs336_systems/**/*.py`` and small
+data files under ``cs336_systems/`` (``.json``, ``.toml``, ``.yaml``/``.yml``, ``.txt``,
 ``.cfg``; at most 1 MiB each, written without execute permission) are copied; ``.py`` is the
 only code. Everything else is left out and listed, so that nothing in a submission can act as
 test configuration or shadow a library: no ``conftest.py``, ``pytest.ini``, ``pyproject.toml``,
 ``setup.cfg``, ``sitecustomize.py``, ``*.pth``, and no top-level ``torch.py`` or ``pytest/``.
 Symbolic links are followed only to files inside the submission or to the kit's own student
 files (the provided ``cs336_systems`` modules), so a link cannot pull the hidden tests or the
-reference into the sandbox.
+reference into the sandbox. A directory is read by ``tests/submission.py``'s reader; this
+module adds the reading of a zip.
 
 A zip is read as hostile input (the grader runs as root, before any test process drops its
 rights), and its headers are never trusted:
@@ -20,10 +23,10 @@ rights), and its headers are never trusted:
 - only stored and deflated entries are read (bzip2 and lzma cannot be decompressed in bounded
   steps), never an encrypted one, and only the entries that would be copied;
 - each entry is streamed to disk ``CHUNK_BYTES`` at a time while the bytes actually written are
-  counted: at most ``MAX_FILE_BYTES`` for a ``.py`` file, ``MAX_DATA_BYTES`` for a data file,
-  ``MAX_TOTAL_BYTES`` for everything, and at most ``MAX_RATIO`` times an entry's compressed size
-  once it passes ``RATIO_FLOOR_BYTES``; the declared sizes are checked first too, so an honest
-  bomb is refused before anything is written;
+  counted: at most the file's own limit (``size_limit``: 2 MiB for a ``.py`` file, 1 MiB for a
+  data file), ``MAX_TOTAL_BYTES`` for everything, and at most ``MAX_RATIO`` times an entry's
+  compressed size once it passes ``RATIO_FLOOR_BYTES``; the declared sizes are checked first too,
+  so an honest bomb is refused before anything is written;
 - entry names that are absolute, climb out (``..``), hold control characters, or are longer
   than ``MAX_NAME_CHARS`` or deeper than ``MAX_DEPTH`` are left out (listed), as are duplicates.
 
@@ -46,11 +49,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-PACKAGE = "cs336_systems"
-MAX_FILE_BYTES = 2 * 1024 * 1024  # one .py file
-MAX_DATA_BYTES = 1024 * 1024  # one data file under cs336_systems/
-MAX_FILES = 400  # files copied
-MAX_TOTAL_BYTES = 20 * 1024 * 1024  # all files copied together
+from tests.submission import (
+    DATA_SUFFIXES,
+    MAX_FILES,
+    MAX_TOTAL_BYTES,
+    PACKAGE,
+    SubmissionNotFound,
+    locate_submission,
+    read_submission,
+    size_limit,
+    size_text,
+    wanted,
+)
+
 MAX_ENTRIES = 5000  # entries of a zip, copied or not
 MAX_DIRECTORY_BYTES = 2 * 1024 * 1024  # a zip's central directory
 MAX_RATIO = 200  # uncompressed / compressed size of one zip entry ...
@@ -58,11 +69,6 @@ RATIO_FLOOR_BYTES = 1024 * 1024  # ... once the entry is larger than this
 MAX_NAME_CHARS = 400  # a zip entry's name
 MAX_DEPTH = 24  # folders in a zip entry's name
 CHUNK_BYTES = 64 * 1024  # read and written at a time
-DATA_SUFFIXES = (".json", ".toml", ".yaml", ".yml", ".txt", ".cfg")
-_NEVER_COPIED = {
-    "conftest.py", "sitecustomize.py", "usercustomize.py",  # imported by pytest or Python at startup
-    "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini", "pyvenv.cfg",  # configure pytest or Python
-}
 _READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 _METHOD_NAMES = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 9: "deflate64"}
 _FIX = "Re-create it with `bash make_submission.sh` and upload the new submission.zip."
@@ -72,10 +78,6 @@ raise ImportError(
     "make_submission.sh writes, which holds adapters.py and cs336_systems/"
 )
 '''
-
-
-class SubmissionNotFound(ValueError):
-    """The path is neither a directory nor a zip holding a submission."""
 
 
 class SubmissionRejected(ValueError):
@@ -109,6 +111,14 @@ class SandboxReport:
     left_out: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     no_adapters: bool = False  # the submission had no adapters.py: every test fails importing it
+    # Those of left_out that are the submission's own files but break a rule (a symbolic link out
+    # of it, larger than its limit, over the file count): graded without; the leaderboard refuses.
+    broken: list[str] = field(default_factory=list)
+
+    def leave_out(self, entry: str, broken: bool) -> None:
+        self.left_out.append(entry)
+        if broken:
+            self.broken.append(entry)
 
     @property
     def data_files(self) -> list[str]:
@@ -129,29 +139,6 @@ class SandboxReport:
             lines.append("left out (only adapters.py, cs336_systems/**/*.py and small data files in cs336_systems/ "
                          "are graded): " + "; ".join(shown) + more)
         return "\n".join(lines)
-
-
-def _wanted(relative: PurePosixPath) -> str | None:
-    """None when ``relative`` (a path inside the submission) is copied, else why it is left out."""
-    parts = relative.parts
-    if any(part in ("__pycache__", "__MACOSX") or part.startswith(".") for part in parts):
-        return "cache or hidden file"
-    if relative.name in _NEVER_COPIED or relative.suffix == ".pth":
-        return "may configure or patch the test process"
-    if parts == ("adapters.py",):
-        return None
-    if len(parts) >= 2 and parts[0] == PACKAGE and relative.suffix in (".py", *DATA_SUFFIXES):
-        return None
-    return f"not adapters.py, a .py file or a {'/'.join(DATA_SUFFIXES)} data file in cs336_systems/"
-
-
-def _limit(relative: PurePosixPath) -> int:
-    """The most bytes the copy of ``relative`` (a wanted path) may hold."""
-    return MAX_FILE_BYTES if relative.suffix == ".py" else MAX_DATA_BYTES
-
-
-def _size_text(size: int) -> str:
-    return f"{size // (1024 * 1024)} MiB" if size % (1024 * 1024) == 0 else f"{size // 1024} KiB"
 
 
 def _unsafe_name(name: str) -> str | None:
@@ -183,10 +170,6 @@ def _find_root(names: list[PurePosixPath]) -> PurePosixPath | None:
     if not candidates:
         return None
     return min(candidates, key=lambda path: (len(path.parts), str(path)))
-
-
-def _link_allowed(target: Path, roots: list[Path]) -> bool:
-    return any(target == root or root in target.parents for root in roots)
 
 
 def _open_new(dest: Path, relative: PurePosixPath):
@@ -258,19 +241,20 @@ def _plan_zip(zf: zipfile.ZipFile, report: SandboxReport) -> list[tuple[zipfile.
             report.left_out.append(f"{name} (outside the submission folder {root})")
             continue
         if stat.S_ISLNK(info.external_attr >> 16):
-            report.left_out.append(f"{relative} (symbolic link)")
+            report.leave_out(f"{relative} (symbolic link)", broken=wanted(relative) is None)
             continue
-        why = _wanted(relative)
+        why = wanted(relative)
         if why is None and relative in seen:
             why = "a second entry of the same name (the first is used)"
         bomb = info.file_size > RATIO_FLOOR_BYTES and info.file_size > MAX_RATIO * max(info.compress_size, 1)
         if why is None and bomb:
             raise _too_large(f"your zip looks like a zip bomb: {relative} expands from {info.compress_size / 1e6:.2f} "
                              f"MB to {info.file_size / 1e6:.0f} MB, more than the {MAX_RATIO} times allowed")
-        if why is None and info.file_size > _limit(relative):
-            why = f"larger than {_size_text(_limit(relative))}"
+        too_large = why is None and info.file_size > size_limit(relative)
+        if too_large:
+            why = f"larger than {size_text(size_limit(relative))}"
         if why is not None:
-            report.left_out.append(f"{relative} ({why})")
+            report.leave_out(f"{relative} ({why})", broken=too_large)
             continue
         if info.flag_bits & 0x1:
             raise SubmissionRejected(f"your zip is encrypted ({relative} needs a password), so the grader cannot "
@@ -281,7 +265,7 @@ def _plan_zip(zf: zipfile.ZipFile, report: SandboxReport) -> list[tuple[zipfile.
                                      "grader does not read (only stored and deflated entries, as every common zip "
                                      f"tool writes). {_FIX}")
         if len(chosen) >= MAX_FILES:
-            report.left_out.append(f"{relative} (over the limit of {MAX_FILES} files)")
+            report.leave_out(f"{relative} (over the limit of {MAX_FILES} files)", broken=True)
             continue
         seen.add(relative)
         declared += info.file_size
@@ -355,7 +339,7 @@ def _extract(file, info: zipfile.ZipInfo, relative: PurePosixPath, dest: Path, t
     ``total`` plus them over MAX_TOTAL_BYTES. OSError: the path cannot be written (nothing is
     left of it).
     """
-    limit = _limit(relative)
+    limit = size_limit(relative)
     written = 0
     path = dest.joinpath(*relative.parts)
     with _open_new(dest, relative) as target:
@@ -399,85 +383,14 @@ def _from_zip(archive: Path, dest: Path, report: SandboxReport) -> None:
             report.copied.append(str(relative))
 
 
-def _copy_file(path: Path, relative: PurePosixPath, dest: Path, report: SandboxReport, allowed: list[Path],
-               copied_bytes: list[int]) -> None:
-    why = _wanted(relative)
-    if why is None and path.is_symlink() and not _link_allowed(path.resolve(), allowed):
-        why = "symbolic link to a file outside the submission"
-    if why is None and not path.is_file():
-        why = "not a regular file"
-    size = path.stat().st_size if why is None else 0
-    if why is None and size > _limit(relative):
-        why = f"larger than {_size_text(_limit(relative))}"
-    if why is None and (len(report.copied) >= MAX_FILES or copied_bytes[0] + size > MAX_TOTAL_BYTES):
-        why = "over the submission size limit"
-    if why is not None:
-        if "__pycache__" not in relative.parts:
-            report.left_out.append(f"{relative} ({why})")
-        return
-    with path.open("rb") as source:
-        data = source.read(_limit(relative) + 1)  # the file may have grown since stat
-    if len(data) > _limit(relative):
-        report.left_out.append(f"{relative} (larger than {_size_text(_limit(relative))})")
-        return
-    _write(dest, relative, data)
-    copied_bytes[0] += len(data)
-    report.copied.append(str(relative))
-
-
 def _from_tree(source: Path, dest: Path, report: SandboxReport, link_roots: list[Path]) -> None:
-    allowed = [source.resolve(), *[root.resolve() for root in link_roots]]
-    copied_bytes = [0]
-    for entry in sorted(source.iterdir()):
-        if entry.name.startswith("."):
-            continue
-        if entry.name == "adapters.py":
-            _copy_file(entry, PurePosixPath(entry.name), dest, report, allowed, copied_bytes)
-        elif entry.name == PACKAGE and entry.is_dir():
-            if entry.is_symlink() and not _link_allowed(entry.resolve(), allowed):
-                report.left_out.append(f"{PACKAGE}/ (symbolic link to a folder outside the submission)")
-                continue
-            for dirpath, dirnames, filenames in os.walk(entry, followlinks=False):
-                here = Path(dirpath)
-                kept = []
-                for name in sorted(dirnames):
-                    sub = here / name
-                    if name == "__pycache__" or name.startswith("."):
-                        continue
-                    if sub.is_symlink() and not _link_allowed(sub.resolve(), allowed):
-                        report.left_out.append(f"{sub.relative_to(source)}/ (symbolic link outside the submission)")
-                        continue
-                    kept.append(name)
-                dirnames[:] = kept
-                for filename in sorted(filenames):
-                    path = here / filename
-                    relative = PurePosixPath(PACKAGE, *path.relative_to(entry).parts)
-                    _copy_file(path, relative, dest, report, allowed, copied_bytes)
-        else:
-            report.left_out.append(f"{entry.name}{'/' if entry.is_dir() else ''} (not adapters.py or cs336_systems/)")
-
-
-def locate_submission(path: Path) -> Path:
-    """The directory or zip to grade, given what was uploaded (a directory, a zip, or a directory
-    holding nothing but one zip, which is how some upload tools leave it).
-
-    A regular file is always taken for a zip (reading it says whether it is one).
-    """
-    path = Path(path)
-    if path.is_file():
-        return path
-    if not path.is_dir():
-        raise SubmissionNotFound(f"{path} is neither a directory nor a zip file")
-    entries = [entry for entry in path.iterdir() if not entry.name.startswith(".")]
-    if not (path / "adapters.py").exists() and not (path / PACKAGE).exists():
-        zips = [entry for entry in entries if entry.suffix == ".zip" and entry.is_file()]
-        if len(zips) == 1:
-            return zips[0]
-        subdirs = [entry for entry in entries if entry.is_dir()]
-        for sub in subdirs:
-            if (sub / "adapters.py").exists() or (sub / PACKAGE).exists():
-                return sub
-    return path
+    """Copy what ``tests/submission.py``'s reader reads of the directory ``source``; list the rest."""
+    read = read_submission(source, link_roots)
+    for relative, data in read.files.items():
+        _write(dest, PurePosixPath(relative), data)
+        report.copied.append(relative)
+    report.left_out.extend(read.left_out)
+    report.broken.extend(read.broken)
 
 
 def _empty(folder: Path) -> None:

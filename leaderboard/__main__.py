@@ -50,9 +50,15 @@ def _refuse_old_flags(args: argparse.Namespace) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from tests.submission import SubmissionError, resolve_submission_dir
+    from tests.submission import (
+        SubmissionError,
+        SubmissionNotFound,
+        locate_submission,
+        refuse_broken,
+        resolve_submission_dir,
+    )
 
-    from autograder.sandbox import SubmissionNotFound, SubmissionRejected, build_sandbox, locate_submission
+    from autograder.sandbox import SubmissionRejected, build_sandbox
 
     args.dry_run = args.cpu
     with tempfile.TemporaryDirectory(prefix="cs336-leaderboard-zip-") as unpacked:
@@ -63,8 +69,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             located = source
         if located.is_file():  # a zip, or a folder holding only one: read as the grader reads it
             try:
-                build_sandbox(located, Path(unpacked) / "submission")
-            except (SubmissionRejected, SubmissionNotFound) as error:
+                report = build_sandbox(located, Path(unpacked) / "submission")
+                refuse_broken(located, report.broken)  # timed whole or not at all, as a folder is
+            except (SubmissionRejected, SubmissionNotFound, SubmissionError) as error:
                 print(f"leaderboard run: {located}: not timed: {error}", file=sys.stderr)
                 return 2
             return _run(args, Path(unpacked) / "submission", str(located))
@@ -104,6 +111,9 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
                                 unisolated=args.unisolated)
     except SandboxUnavailable as error:
         print(f"leaderboard run: cannot isolate the submission: {error}", file=sys.stderr)
+        return 2
+    except SubmissionError as error:
+        print(f"leaderboard run: not timed: {error}", file=sys.stderr)
         return 2
     if zip_path is not None:
         record["submission"] = zip_path  # not the temporary folder it was unpacked to

@@ -23,9 +23,9 @@ from pathlib import Path
 from autograder.batch.driver import Task, Wording, cluster_from_flags, drive, summary_lines, version_hash
 from autograder.batch.driver import write_summary
 from autograder.batch.executors import Job, Outcome
-from autograder.batch.export import read_export, submission_hash
-from autograder.sandbox import SubmissionNotFound, locate_submission
+from autograder.batch.export import read_export
 from leaderboard.store import DEFAULT_STORE, append_record, read_records
+from tests.submission import SubmissionNotFound, locate_submission, submission_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_FILES = ("leaderboard/*.py",)  # what decides a timing and a verdict

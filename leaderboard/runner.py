@@ -2,8 +2,9 @@
 sandbox, judge what it reports, store a record.
 
 Staff read this file to know what is recorded and where the submission's code runs. The
-submission never runs in this process. The parent reads the submission's files once (its own
-copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes),
+submission never runs in this process. The parent reads the submission's files once, by the
+grader's rule (tests/submission.py; a submission with a file that breaks it is not timed), into
+its own copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes;
 leases a sandbox uid (``sandbox``; without root it refuses to run unless ``unisolated``), and
 starts the worker there with a clean environment, a seed for every checked input, the
 submission's kernel names and one pipe. Nothing else of the parent reaches the worker: not the
@@ -15,7 +16,6 @@ record.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -27,6 +27,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tests.submission import files_hash, kit_link_roots, read_submission
+
 from leaderboard.config import WORKER_TIMEOUT_S
 from leaderboard.store import ROOT, append_record
 
@@ -34,26 +36,20 @@ from leaderboard.store import ROOT, append_record
 # Python started with -I (no PYTHON* variables, no user site, no current directory on the path).
 BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from leaderboard.worker import main; sys.exit(main())"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Where a submission's symbolic links may point besides into itself: the kit's own student files
+# (the reference links to them) and the kernel the leaderboard's fixtures share.
+LINK_ROOTS = (*kit_link_roots(ROOT), ROOT / "leaderboard" / "fixtures")
 
 
-def submission_files(directory: Path) -> list[Path]:
-    """The files that define a submission: adapters.py and cs336_systems/**/*.py, sorted."""
-    files = [directory / "adapters.py"] + list((directory / "cs336_systems").rglob("*.py"))
-    return sorted((f for f in files if f.is_file()), key=lambda f: f.relative_to(directory).as_posix())
+def submission_files(directory: Path) -> dict[str, bytes]:
+    """The parent's own copy of a submission: relative path -> bytes of each of its files, as
+    tests/submission.py reads them (the grader's rule: links only into the submission or
+    ``LINK_ROOTS``, each file within its size limit).
 
-
-def files_hash(files: dict[str, bytes]) -> str:
-    """sha256 over each file's relative path and contents, in sorted order."""
-    digest = hashlib.sha256()
-    for relative in sorted(files):
-        digest.update(relative.encode() + b"\0")
-        digest.update(files[relative] + b"\0")
-    return digest.hexdigest()
-
-
-def submission_hash(directory: Path) -> str:
-    """sha256 over each submission file's relative path and contents (symlinks followed)."""
-    return files_hash(read_submission(directory))
+    Raises SubmissionError, naming each file and the fix, when a file of the submission breaks
+    that rule: the leaderboard times a submission whole or not at all.
+    """
+    return read_submission(directory, LINK_ROOTS).whole()
 
 
 def _display_path(directory: Path) -> str:
@@ -61,11 +57,6 @@ def _display_path(directory: Path) -> str:
         return directory.relative_to(ROOT).as_posix()
     except ValueError:
         return str(directory)
-
-
-def read_submission(directory: Path) -> dict[str, bytes]:
-    """The parent's own copy of a submission: relative path -> bytes of each submission file."""
-    return {path.relative_to(directory).as_posix(): path.read_bytes() for path in submission_files(directory)}
 
 
 def _relay(stream, out) -> None:
@@ -195,7 +186,8 @@ def run_submission(
     """Check and time one submission; return its record (appended to ``store`` unless None).
 
     Raises ``sandbox.SandboxUnavailable`` when the worker cannot be isolated: the parent is not
-    root and ``unisolated`` is False, or ``sandbox.preflight`` finds the isolation would not hold.
+    root and ``unisolated`` is False, or ``sandbox.preflight`` finds the isolation would not hold;
+    ``SubmissionError`` when a file of the submission breaks the rules (``submission_files``).
     """
     from contextlib import nullcontext
 
@@ -205,7 +197,7 @@ def run_submission(
 
     directory = Path(directory).resolve()
     started = time.monotonic()
-    files = read_submission(directory)
+    files = submission_files(directory)
     run = Run(mode, repeats, secrets.randbits(31), submission_triton_names(files))
     if not is_root() and not unisolated:
         raise SandboxUnavailable(f"the leaderboard runs as uid {os.geteuid()}, not root: {UNISOLATED_HINT}")

@@ -57,6 +57,7 @@ WORKER_MODULES = (
     "tests/assertions.py",
     "tests/executor/__init__.py",
     "tests/executor/launches.py",
+    "tests/executor/loading.py",
     "tests/executor/triton_source.py",
     "tests/flash_reference.py",
     "tests/flash_tolerances.py",

@@ -174,16 +174,3 @@ def read_export(export: Path, workdir: Path) -> list[Submission]:
         if path.is_dir() and path.name not in named and not path.name.startswith("."):
             submissions.append(Submission(path.name, path, ()))
     return submissions
-
-
-def submission_hash(path: Path) -> str:
-    """sha256 over every file of the submission folder (names and bytes); a missing folder hashes too."""
-    digest = hashlib.sha256()
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink()) if path.is_dir() else (
-        [path] if path.is_file() else [])
-    for file in files:
-        digest.update(file.relative_to(path).as_posix().encode() if path.is_dir() else file.name.encode())
-        digest.update(b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
-    return digest.hexdigest()

@@ -36,9 +36,10 @@ from pathlib import Path
 
 from autograder.batch.driver import Cluster, Task, Wording, drive, summary_lines, version_hash, write_summary
 from autograder.batch.executors import Job, Outcome
-from autograder.batch.export import read_export, submission_hash
+from autograder.batch.export import read_export
 from autograder.batch.report import class_report
 from autograder.manifest import load_manifest
+from tests.submission import submission_hash
 
 KIT = Path(__file__).resolve().parents[2]
 # What decides a grade: the grader, the visible and hidden tests, the manifest, the kit's conftest.

@@ -23,13 +23,9 @@ import pytest
 
 from autograder.fixtures.attacks import zips
 from autograder.manifest import load_manifest
-from autograder.sandbox import (
-    MAX_DATA_BYTES,
-    MAX_TOTAL_BYTES,
-    SubmissionRejected,
-    build_sandbox,
-)
+from autograder.sandbox import SubmissionRejected, build_sandbox
 from autograder.selftests.gradescope_schema import problems_with
+from tests.submission import MAX_DATA_BYTES, MAX_TOTAL_BYTES
 
 KIT = Path(__file__).resolve().parents[2]
 REFERENCE = KIT / "reference"

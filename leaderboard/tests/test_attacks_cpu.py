@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from leaderboard.fixtures import FIXTURES
+from leaderboard.sandbox import WORKER_MODULES
 from leaderboard.store import ROOT
 
 ATTACKS = [f for f in FIXTURES if f.attack]
@@ -50,9 +51,9 @@ def kit_copy() -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "results")
     shutil.copytree(ROOT / "leaderboard", kit / "leaderboard", symlinks=True, ignore=ignore)
     shutil.copytree(ROOT / "confine", kit / "confine", symlinks=True, ignore=ignore)
-    for relative in ("adapters.py", "tests/__init__.py", "tests/submission.py", "tests/assertions.py",
-                     "tests/flash_reference.py", "tests/flash_tolerances.py", "autograder/__init__.py",
-                     "autograder/results.py"):
+    # The worker's modules (leaderboard/ and confine/ whole, for the parent), and the parent's own.
+    for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py",
+                     *[m for m in WORKER_MODULES if m.startswith("tests/")]):
         (kit / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, kit / relative)
     return kit

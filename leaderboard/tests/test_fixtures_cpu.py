@@ -17,7 +17,7 @@ import torch
 
 from leaderboard.fixtures import FIXTURES
 from leaderboard.kernels import submission_triton_names
-from leaderboard.runner import evaluate_in_process, read_submission
+from leaderboard.runner import evaluate_in_process, submission_files
 
 IN_PROCESS = [f for f in FIXTURES if f.cpu_refusals and f.in_process]
 
@@ -57,7 +57,7 @@ def load_function(fixture):
 
 @pytest.mark.parametrize("fixture", IN_PROCESS, ids=lambda f: f.name)
 def test_cheat_is_refused_for_its_reason(fixture, dry_run_process):
-    names = submission_triton_names(read_submission(fixture.path))
+    names = submission_triton_names(submission_files(fixture.path))
     record = evaluate_in_process(load_function(fixture), "dry-run", names, seed=0)
     codes = [r["code"] for r in record["refusals"]]
     assert not record["accepted"]

@@ -1,28 +1,66 @@
 """The trusted parent: the submission hash, the record summary and the command line's refusals."""
 
 import shutil
+import zipfile
 
 import pytest
 import torch
 
 from leaderboard.__main__ import main
 from leaderboard.fixtures import FIXTURES
-from leaderboard.runner import describe, submission_files, submission_hash
+from leaderboard.runner import LINK_ROOTS, describe, submission_files
 from leaderboard.store import read_records
+from tests.submission import MAX_DATA_BYTES, MAX_FILE_BYTES, SubmissionError, files_hash, submission_hash
 
 
 def test_hash_covers_exactly_the_submission_files(tmp_path):
     source = FIXTURES[0].path
     copy = tmp_path / "copy"
     shutil.copytree(source, copy, symlinks=False)
-    assert [f.name for f in submission_files(copy)] == ["adapters.py", "__init__.py", "flash_attention_triton.py", "slow_flash_attention.py"]
-    original = submission_hash(copy)
-    assert original == submission_hash(source)  # symlinked adapters.py: its contents count
-    (copy / "cs336_systems" / "notes.txt").write_text("not code")
-    assert submission_hash(copy) == original
+    assert list(submission_files(copy)) == ["adapters.py", "cs336_systems/__init__.py",
+                                            "cs336_systems/flash_attention_triton.py",
+                                            "cs336_systems/slow_flash_attention.py"]
+    original = files_hash(submission_files(copy))
+    assert original == files_hash(submission_files(source))  # symlinked adapters.py: its contents count
+    assert submission_hash(copy) == submission_hash(source, LINK_ROOTS) == original  # the batch's key is the record's
+    (copy / "cs336_systems" / "notes.md").write_text("not part of a submission")
+    (copy / "cs336_systems" / "__pycache__").mkdir()
+    (copy / "cs336_systems" / "__pycache__" / "kernel.cpython-311.pyc").write_bytes(b"cache")
+    assert files_hash(submission_files(copy)) == original
+    (copy / "cs336_systems" / "tiles.json").write_text('{"BLOCK_Q": 64}')  # data the code may read: graded, timed
+    assert files_hash(submission_files(copy)) != original
+    (copy / "cs336_systems" / "tiles.json").unlink()
     kernel = copy / "cs336_systems" / "flash_attention_triton.py"
     kernel.write_text(kernel.read_text() + "\n# changed\n")
-    assert submission_hash(copy) != original
+    assert files_hash(submission_files(copy)) != original
+
+
+def test_a_file_that_breaks_the_graders_rule_is_not_timed(tmp_path, capsys):
+    """A link out of the submission is never followed and a file over the grader's size limit is
+    never dropped quietly: the run is refused, naming the file and the fix."""
+    secret = tmp_path / "staff_only.py"
+    secret.write_text("SECRET = 42\n")
+    copy = tmp_path / "sub"
+    shutil.copytree(FIXTURES[0].path, copy, symlinks=False)
+    (copy / "cs336_systems" / "leak.py").symlink_to(secret)
+    with pytest.raises(SubmissionError, match=r"cs336_systems/leak\.py \(symbolic link to a file outside the submission\)"):
+        submission_files(copy)
+    assert main(["run", str(copy), "--name", "x", "--cpu", "--unisolated"]) == 2
+    err = capsys.readouterr().err
+    assert "not timed" in err and "cs336_systems/leak.py" in err and "readlink -f" in err, err
+    (copy / "cs336_systems" / "leak.py").unlink()
+    (copy / "cs336_systems" / "big.py").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(SubmissionError, match=r"cs336_systems/big\.py \(larger than 2 MiB\).*each \.py file at most 2 MiB"):
+        submission_files(copy)
+    (copy / "cs336_systems" / "big.py").unlink()
+    archive = tmp_path / "submission.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as out:
+        for path in sorted(copy.rglob("*.py")):
+            out.write(path, path.relative_to(copy).as_posix())
+        out.writestr("cs336_systems/tiles.json", b" " * (MAX_DATA_BYTES + 1))
+    assert main(["run", str(archive), "--name", "x", "--cpu", "--unisolated"]) == 2
+    err = capsys.readouterr().err
+    assert "not timed" in err and "cs336_systems/tiles.json (larger than 1 MiB)" in err, err
 
 
 def test_describe_names_every_reason():

@@ -17,8 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.executor.probes.parallel_launch import launch
+from tests.submission import submission_hash
 
-from leaderboard.runner import submission_hash
+from leaderboard.runner import LINK_ROOTS
 from leaderboard.store import ROOT, append_record
 
 from .config import CONFIGS, StepConfig
@@ -89,7 +90,7 @@ def record_of(outcome: Outcome, name: str, submission: str | Path) -> dict:
     """The store's record of ``outcome`` (leaderboard/store.py's required fields, plus the times and the stack)."""
     return {"name": name, "accepted": outcome.accepted, "refusals": outcome.reasons, "checks": list(CHECKS),
             "mode": outcome.config, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "submission_hash": submission_hash(Path(submission)), "submission": str(submission),
+            "submission_hash": submission_hash(Path(submission), LINK_ROOTS), "submission": str(submission),
             "time_ms": outcome.median_ms, "times_ms": outcome.times_ms, "run_s": round(outcome.seconds, 1),
             "stack": stack(outcome.backend)}
 

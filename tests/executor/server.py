@@ -35,11 +35,9 @@ from __future__ import annotations
 
 import builtins
 import faulthandler
-import importlib.util
 import json
 import os
 import signal
-import sys
 import traceback
 from typing import Any
 
@@ -53,6 +51,7 @@ from .aten_recorder import AtenRecorder
 from .autotune import autotune_mode, first_working_config
 from .interpreter import single_autotune_config
 from .launches import LaunchLog
+from .loading import import_submission
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
 
 MAX_TEXT = 20_000
@@ -144,19 +143,7 @@ class Server:
 
     def load_adapters(self):
         if self.adapters is None:
-            for name, file, package in (("cs336_systems", "cs336_systems/__init__.py", "cs336_systems"),
-                                        ("adapters", "adapters.py", None)):
-                path = os.path.join(self.submission, file)
-                spec = importlib.util.spec_from_file_location(
-                    name, path, submodule_search_locations=[os.path.join(self.submission, package)] if package else None)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[name] = module
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[name]
-                    raise
-            self.adapters = sys.modules["adapters"]
+            self.adapters = import_submission(self.submission)
         return self.adapters
 
     # -- requests ------------------------------------------------------------------------
