@@ -40,6 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import gpus  # noqa: E402
 from tests.submission import load_adapters  # noqa: E402
 
 LEADERBOARD = dict(batch=16, seq=16384, d=64, dtype=torch.bfloat16)
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lb-rep-ms", type=int, default=None, help="do_bench rep (ms) at the leaderboard shape")
     parser.add_argument("--budget-s", type=float, default=None, help="stop timing new cells after this many seconds")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    if not gpus.count():
         print("flash_attention_benchmark needs a CUDA GPU")
         return 2
 
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     fill_derived(rows, matmul)
     props = torch.cuda.get_device_properties(0)
     header = (
-        f"{datetime.date.today().isoformat()}, {torch.cuda.get_device_name()} ({props.multi_processor_count} SMs), "
+        f"{datetime.date.today().isoformat()}, {gpus.names()[0]} ({props.multi_processor_count} SMs), "
         f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}; "
         f"bf16 8192^3 matmul {matmul:.0f} TFLOP/s; submission {args.submission.name}; "
         f"leaderboard do_bench warmup={lb_warmup} rep={lb_rep} ms, sweep warmup={sw_warmup} rep={sw_rep} ms; "

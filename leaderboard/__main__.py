@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from leaderboard.store import DEFAULT_STORE, read_records
+from tests import gpus
 
 NO_GPU = (
     "leaderboard run: no CUDA GPU found. The official timing needs one (the leaderboard runs on "
@@ -90,12 +91,9 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         except SubmissionError as error:
             print(f"leaderboard run: {zip_path}: {error}", file=sys.stderr)
             return 2
-    if not args.dry_run:
-        import torch
-
-        if not torch.cuda.is_available():
-            print(NO_GPU, file=sys.stderr)
-            return 2
+    if not args.dry_run and not gpus.count():
+        print(NO_GPU, file=sys.stderr)
+        return 2
     mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
     store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
     print(f"leaderboard run: {args.name} from {zip_path or directory} ({mode}, {args.repeats} timing(s))", flush=True)
@@ -129,12 +127,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     args.dry_run = args.cpu
 
-    if not args.dry_run:
-        import torch
-
-        if not torch.cuda.is_available():
-            print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
-            return 2
+    if not args.dry_run and not gpus.count():
+        print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
+        return 2
     from leaderboard.sandbox import SandboxUnavailable
 
     try:

@@ -16,6 +16,7 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tests import gpus
 from tests.executor.probes.parallel_launch import launch
 
 from leaderboard.runner import submission_hash
@@ -80,8 +81,7 @@ def stack(backend: str) -> dict:
     """The software and the devices of this run, for its record."""
     import torch
 
-    devices = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-               if backend == "nccl" else [platform.processor() or platform.machine()])
+    devices = gpus.names() if backend == "nccl" else [platform.processor() or platform.machine()]
     return {"python": platform.python_version(), "torch": torch.__version__, "backend": backend, "devices": devices}
 
 
