@@ -54,6 +54,7 @@ WORKER_MODULES = (
     "leaderboard/trusted.py",
     "leaderboard/worker.py",
     "tests/__init__.py",
+    "tests/gpus.py",
     "tests/submission.py",
 )
 # Variables of the parent's environment the worker may see: where the GPU, its libraries and a

@@ -50,8 +50,8 @@ def kit_copy() -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "results")
     shutil.copytree(ROOT / "leaderboard", kit / "leaderboard", symlinks=True, ignore=ignore)
     shutil.copytree(ROOT / "confine", kit / "confine", symlinks=True, ignore=ignore)
-    for relative in ("adapters.py", "tests/__init__.py", "tests/submission.py", "autograder/__init__.py",
-                     "autograder/results.py"):
+    for relative in ("adapters.py", "tests/__init__.py", "tests/gpus.py", "tests/submission.py",
+                     "autograder/__init__.py", "autograder/results.py"):
         (kit / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, kit / relative)
     return kit
