@@ -16,7 +16,7 @@ the full 4 B N^2 d): forward ``2 B N^2 d``, backward 2.5 times that (five produc
 two), forward+backward ``7 B N^2 d``. "% matmul" divides the achieved rate by an 8192-cube
 bfloat16 matmul timed in the same run; "x cuDNN" divides a time by cuDNN's at the same cell.
 
-    python benchmarks/flash_attention_benchmark.py --out benchmarks/results/DATE --quick
+    python benchmarks/flash_attention_benchmark.py --out records/DATE-h200-benchmark --quick
     python benchmarks/flash_attention_benchmark.py --out DIR --full   # the official 10 s do_bench at the leaderboard shape
 """
 

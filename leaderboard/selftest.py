@@ -8,7 +8,8 @@ Staff run this on the leaderboard GPU after changing the leaderboard or the refe
 It passes when the reference is accepted (timed three times in one run, with a spread of at
 most ``MAX_REFERENCE_SPREAD_PCT`` between the three medians), the honest slow fixture is
 accepted, and every cheat fixture is refused with the reasons ``fixtures.FIXTURES`` lists.
-Records, ``summary.md`` and the table go to ``leaderboard/results/selftest/`` (or ``--out``).
+Records, ``summary.md`` and the table go to ``records/leaderboard/selftest/``, which git ignores
+(or ``--out``); a run worth keeping is copied into a dated folder of records/.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from pathlib import Path
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, run_submission
 from leaderboard.sandbox import is_root
-from leaderboard.store import ROOT, read_records
+from leaderboard.store import ROOT, STORE_DIR, read_records
 from leaderboard.table import write_table
 
-DEFAULT_OUT = ROOT / "leaderboard" / "results" / "selftest"
+DEFAULT_OUT = STORE_DIR / "selftest"
 MAX_REFERENCE_SPREAD_PCT = 3.0
 REFERENCE_REPEATS = 3
 

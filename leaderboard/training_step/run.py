@@ -20,11 +20,11 @@ from tests import gpus
 from tests.executor.probes.parallel_launch import launch
 
 from leaderboard.runner import submission_hash
-from leaderboard.store import ROOT, append_record
+from leaderboard.store import STORE_DIR, append_record
 
 from .config import CONFIGS, StepConfig
 
-DEFAULT_STORE = ROOT / "leaderboard" / "results" / "training_step.jsonl"
+DEFAULT_STORE = STORE_DIR / "training_step.jsonl"
 """The training-step board's records (the FlashAttention board's store format, a file of its own)."""
 CHECKS = ("gate", "different_model", "no_update", "no_communication", "work_skipped_when_timed")
 from .trusted import trusted_run
