@@ -21,13 +21,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
+
+from tests import gpus
 
 # Must be set before triton is first imported by any test or submission module.
-if not torch.cuda.is_available():
+if not gpus.count():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from tests.gpu_marker import gpus_needed, gpus_present, skip_reason  # noqa: E402
+from tests.gpu_marker import gpus_needed, skip_reason  # noqa: E402
 from tests.submission import load_adapters, resolve_submission_dir  # noqa: E402
 from tests.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
@@ -89,7 +90,7 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if config.executor is not None and items:
         config.executor.start()  # it imports torch while the first tests are set up
-    present = gpus_present()
+    present = gpus.count()
     for item in items:
         needed = gpus_needed(item)
         if needed > present:

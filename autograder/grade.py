@@ -22,7 +22,6 @@ import atexit
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +47,7 @@ from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_s
 from autograder.sandbox import SandboxReport, SubmissionRejected, build_sandbox
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.zygote import Zygote
+from tests import gpus
 from tests.submission import SubmissionNotFound, kit_link_roots
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
@@ -194,16 +194,11 @@ def _protect_staff_files(kit: Path) -> None:
 def _executor_limits() -> dict[str, int | None]:
     """EXECUTOR_LIMITS for this machine: no address-space limit where CUDA runs, no process limit unless root."""
     limits = dict(EXECUTOR_LIMITS)
-    if _gpu_runner():
+    if gpus.driver_present():
         limits["as_bytes"] = None
     if os.geteuid() != 0:
         limits["nproc"] = None  # it would count every process of this user, not only the executor's
     return limits
-
-
-def _cuda_available() -> bool:
-    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
-    return subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True).returncode == 0
 
 
 def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[str, list[Path]], list[str]]:
@@ -229,20 +224,10 @@ GPU_JOBS_MAX = 8  # process chains at a time on a GPU runner, at most
 GPU_GIB_PER_JOB = 16  # GPU memory set aside per chain (see _default_jobs)
 
 
-def _gpu_runner() -> bool:
-    """Whether this machine has an NVIDIA GPU (a cheap check: no CUDA is initialised)."""
-    return os.path.exists("/dev/nvidiactl")
-
-
 def _gpu_memory_gib() -> float | None:
     """The smallest GPU's memory in GiB according to nvidia-smi, or None if it cannot say."""
-    try:
-        answer = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True, timeout=20)
-        sizes = [float(line) for line in answer.stdout.split()]
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-    return min(sizes) / 1024 if answer.returncode == 0 and sizes else None
+    sizes = [gpu.memory_mib for gpu in gpus.listed()]
+    return min(sizes) / 1024 if sizes and None not in sizes else None
 
 
 def _default_jobs() -> int:
@@ -264,7 +249,7 @@ def _default_jobs() -> int:
     run after every other chain has finished (autograder/schedule.py).
     """
     cpus = usable_cpus()
-    if not _gpu_runner():
+    if not gpus.driver_present():
         return min(4, cpus)
     memory = _gpu_memory_gib()
     by_memory = 2 if memory is None else max(2, int(memory // GPU_GIB_PER_JOB))
@@ -294,7 +279,8 @@ def grade(options: GradeOptions) -> GradeReport:
                 and set(options.suites) == set(SUITE_DIRS))
     notes: list[str] = []
 
-    if options.require_gpu and not _cuda_available():
+    # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA (tests/gpus.py).
+    if options.require_gpu and not gpus.probe_count():
         message = ("--require-gpu was given but this runner has no CUDA GPU (torch.cuda.is_available() is False); "
                    "no test was run. Grade on a GPU runner, or drop --require-gpu to grade on CPU.")
         print(f"grade: ERROR: {message}", file=sys.stderr, flush=True)
@@ -362,7 +348,7 @@ def grade(options: GradeOptions) -> GradeReport:
         except DurationsError as error:  # a broken timing table must not stop a grade
             printer.say(f"grade: packing test files by size: {error}")
             durations = {}
-        chains = plan_chains(files, jobs, kit, gpu=_gpu_runner(), durations=durations)
+        chains = plan_chains(files, jobs, kit, gpu=gpus.driver_present(), durations=durations)
         together = [chain for chain in chains if not chain.alone]
         at_once = min(jobs, max(1, len(together)))
         test_timeout = options.test_timeout_s or settings.test_timeout_s
@@ -407,8 +393,8 @@ def grade(options: GradeOptions) -> GradeReport:
     tests = collect_tests(manifest, merged, problems, complete)
     table = format_table(tests, problems)
     seconds = time.monotonic() - started
-    gpus = next((run.gpus for run in merged if run.gpus is not None), None)
-    runner = (f"GPU runner (CUDA available, {gpus} GPU{'s' * (gpus != 1)})" if gpus
+    present = next((run.gpus for run in merged if run.gpus is not None), None)
+    runner = (f"GPU runner (CUDA available, {present} GPU{'s' * (present != 1)})" if present
               else "CPU runner (no CUDA: Triton runs in its interpreter)")
     restarts = sum(run.restarts for run in merged)
     lines = [f"Graded on a {runner} in {seconds:.1f} s.", "", table, "", "Submission: " + sandbox.summary()]
@@ -421,7 +407,7 @@ def grade(options: GradeOptions) -> GradeReport:
         lines.append(slowest)
     output = "\n".join(lines)
     results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard,
-                           gpus_present=gpus, no_test_ran=_no_test_ran(sandbox, notes))
+                           gpus_present=present, no_test_ran=_no_test_ran(sandbox, notes))
     path = None
     if options.out is not None:
         path = options.out / "results.json"

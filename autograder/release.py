@@ -133,11 +133,11 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
     return out
 
 
-# Names of what only staff have: the points manifest, the mutant catalog, the GPU acceptance runs,
-# the solution, the grader, the leaderboard's code and confine's staff-only files (the threat
-# model, which names the attack fixtures, and the uid pool). Student-facing text must not send a
+# Names of what only staff have: the points manifest, the mutant catalog, the GPU acceptance runs
+# and their records, the solution, the grader, the leaderboard's code and confine's staff-only
+# files (the threat model, which names the attack fixtures, and the uid pool). Student-facing text must not send a
 # student looking for them.
-STAFF_ONLY_NAMES = re.compile(r"\bmanifest\b|catalog\.py|mutant catalog|gpu_checks|\breference/|\bautograder/"
+STAFF_ONLY_NAMES = re.compile(r"\bmanifest\b|catalog\.py|mutant catalog|gpu_checks|\brecords/|\breference/|\bautograder/"
                               r"|\bautograder\.[a-z_]|\bleaderboard/|THREAT_MODEL|\buid_pool\b", re.IGNORECASE)
 # Kit-only code paths that a released file may keep (they are never taken in the release).
 _KIT_ONLY_CODE = re.compile(r'autograder\.student_points import|ROOT / "autograder" / "student_points\.py"')

@@ -34,6 +34,7 @@ from ptxas_report import load_kernel_file  # beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import gpus  # noqa: E402
 from tests.submission import load_adapters  # noqa: E402
 
 load_adapters(ROOT / "reference")  # the copies import cs336_systems.flash_attention_inputs from here
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    if not torch.cuda.is_available():
+    if not gpus.count():
         raise SystemExit("compare_kernel_sources needs a CUDA GPU")
     sources = {}
     for item in args.sources:
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(line + "\n")
 
     q, k, v = leaderboard_inputs()
-    emit(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
+    emit(f"{gpus.names()[0]}, torch {torch.__version__}, triton {triton.__version__}; "
          f"shape {tuple(q.shape)} bfloat16 causal; {args.rounds} rounds, do_bench rep {args.rep_ms} ms")
     emit("")
     emit("| source | max rel. error vs first (O, dQ, dK, dV) |")

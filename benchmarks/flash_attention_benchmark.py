@@ -16,7 +16,7 @@ the full 4 B N^2 d): forward ``2 B N^2 d``, backward 2.5 times that (five produc
 two), forward+backward ``7 B N^2 d``. "% matmul" divides the achieved rate by an 8192-cube
 bfloat16 matmul timed in the same run; "x cuDNN" divides a time by cuDNN's at the same cell.
 
-    python benchmarks/flash_attention_benchmark.py --out benchmarks/results/DATE --quick
+    python benchmarks/flash_attention_benchmark.py --out records/DATE-h200-benchmark --quick
     python benchmarks/flash_attention_benchmark.py --out DIR --full   # the official 10 s do_bench at the leaderboard shape
 """
 
@@ -40,6 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import gpus  # noqa: E402
 from tests.submission import load_adapters  # noqa: E402
 
 LEADERBOARD = dict(batch=16, seq=16384, d=64, dtype=torch.bfloat16)
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lb-rep-ms", type=int, default=None, help="do_bench rep (ms) at the leaderboard shape")
     parser.add_argument("--budget-s", type=float, default=None, help="stop timing new cells after this many seconds")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    if not gpus.count():
         print("flash_attention_benchmark needs a CUDA GPU")
         return 2
 
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     fill_derived(rows, matmul)
     props = torch.cuda.get_device_properties(0)
     header = (
-        f"{datetime.date.today().isoformat()}, {torch.cuda.get_device_name()} ({props.multi_processor_count} SMs), "
+        f"{datetime.date.today().isoformat()}, {gpus.names()[0]} ({props.multi_processor_count} SMs), "
         f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}; "
         f"bf16 8192^3 matmul {matmul:.0f} TFLOP/s; submission {args.submission.name}; "
         f"leaderboard do_bench warmup={lb_warmup} rep={lb_rep} ms, sweep warmup={sw_warmup} rep={sw_rep} ms; "

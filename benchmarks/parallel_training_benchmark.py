@@ -46,6 +46,14 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 """Multicast off in every process (the parent sets these before the ranks start; they inherit them)."""
 
 
+def _gpus():
+    """The kit's GPU query (tests/gpus.py)."""
+    sys.path.insert(0, str(ROOT))
+    from tests import gpus
+
+    return gpus
+
+
 def _load_submission(directory: Path):
     sys.path.insert(0, str(ROOT))
     from tests.executor.probes.parallel_launch import load_submission
@@ -159,7 +167,7 @@ def markdown(rows: list[dict], args) -> str:
         f"Model {size}, context {args.context_length}, batch {args.batch_size} per rank, AdamW, fp32; "
         f"{args.world_size} ranks ({args.backend}); {args.warmup_steps} warm-up + {args.measure_steps} timed steps; "
         f"bucket {args.bucket_mb} MB; torch {torch.__version__}"
-        + (f"; {torch.cuda.get_device_name(0)}" if args.backend == "nccl" else ""),
+        + (f"; {_gpus().names()[0]}" if args.backend == "nccl" else ""),
         "",
         "| wrapper | step (ms) | exposed communication (ms) | share of step | peak memory (GiB) |",
         "| --- | --- | --- | --- | --- |",
@@ -199,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         args.backend = args.backend or "gloo"
         args.context_length = min(args.context_length, 32)
         args.warmup_steps, args.measure_steps = min(args.warmup_steps, 1), min(args.measure_steps, 2)
-    args.backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if args.backend == "nccl" and torch.cuda.device_count() < args.world_size:
-        parser.error(f"nccl needs {args.world_size} GPUs; found {torch.cuda.device_count()} (use --tiny or gloo)")
+    args.backend = args.backend or ("nccl" if _gpus().count() else "gloo")
+    if args.backend == "nccl" and _gpus().count() < args.world_size:
+        parser.error(f"nccl needs {args.world_size} GPUs; found {_gpus().count()} (use --tiny or gloo)")
     for key, value in NCCL_ENV.items():
         os.environ.setdefault(key, value)
     import torch.multiprocessing as mp

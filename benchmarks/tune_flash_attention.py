@@ -28,6 +28,7 @@ import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import gpus  # noqa: E402
 from tests.submission import load_adapters  # noqa: E402
 
 load_adapters(ROOT / "reference")
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rep-ms", type=int, default=200, help="do_bench repetition time per config (ms)")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here (markdown)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    if not gpus.count():
         print("needs a CUDA GPU")
         return 2
     start = time.time()
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(check_rows, f"| check | crashed | {type(error).__name__}: {str(error)[:300]} | | | | FAIL |")
     if args.stage in ("tune", "all"):
         tune_stage(tune_rows, args.rep_ms)
-    text = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+    text = [f"GPU {gpus.names()[0]}, torch {torch.__version__}, triton {triton.__version__}, "
             f"{time.time() - start:.0f} s"]
     print(text[0], flush=True)
     if check_rows:

@@ -14,7 +14,8 @@
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
 # case compiles new kernels: prefer `tolerances-bf16` (83 s on the H200). Each step's console output
 # goes to LOGDIR/<step>.log; with PACK=FILE.tgz set, LOGDIR is also packed into FILE after each
-# step. The records of past runs live beside this script.
+# step (the leaderboard self-test's records, summary and table to LOGDIR/leaderboard/). The records
+# of past runs are in records/<date>-<machine>-<topic>/: copy a run's LOGDIR there to keep it.
 set -uo pipefail
 logdir=${1:?usage: bash gpu_checks/run.sh LOGDIR [steps...]}
 shift
@@ -62,7 +63,7 @@ for step in "${steps[@]}"; do
                    -p no:cacheprovider -q -rs ;;
         mutants) run_step mutants python3 -m pytest autograder/selftests/test_mutant_catalog.py \
                    -p no:cacheprovider -q --durations=10 ;;
-        leaderboard) run_step leaderboard python3 -m leaderboard selftest ;;
+        leaderboard) run_step leaderboard python3 -m leaderboard selftest --out "$logdir/leaderboard" ;;
         attacks) run_step attacks python3 gpu_checks/attacks_gpu.py "$logdir/attacks" ;;
         batch) run_step batch python3 gpu_checks/batch_throughput.py "$logdir/batch" "${BATCH_PROBLEMS:-flash_forward_pytorch,nsys_profile}" ;;
         parallel) run_step parallel python3 -m pytest tests autograder/hidden_tests -m gpu --submission reference \

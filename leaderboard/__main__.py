@@ -24,7 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from leaderboard.store import DEFAULT_STORE, read_records
+from leaderboard.store import DEFAULT_STORE, STORE_DIR, moved_store_message, read_records
+from tests import gpus
 
 NO_GPU = (
     "leaderboard run: no CUDA GPU found. The official timing needs one (the leaderboard runs on "
@@ -45,6 +46,17 @@ def _refuse_old_flags(args: argparse.Namespace) -> str | None:
     if getattr(args, "old_timing_dry_run", False):
         return "leaderboard batch: --timing-dry-run is now --cpu (the same flag as run and selftest)"
     return None
+
+
+def _store_left_behind(args: argparse.Namespace) -> str | None:
+    """The refusal when this command would use a store of records/leaderboard/ while the file it
+    replaces still holds records inside the code package (store.moved_store_message)."""
+    if args.command not in ("run", "table", "batch"):
+        return None
+    cpu = getattr(args, "cpu", False) or getattr(args, "dry_run_timing", False)
+    store = args.store if args.store is not None else (None if cpu else DEFAULT_STORE)  # a CPU run records nowhere
+    message = store and moved_store_message(store)
+    return f"leaderboard {args.command}: {message}" if message else None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -97,12 +109,9 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         except SubmissionError as error:
             print(f"leaderboard run: {zip_path}: {error}", file=sys.stderr)
             return 2
-    if not args.dry_run:
-        import torch
-
-        if not torch.cuda.is_available():
-            print(NO_GPU, file=sys.stderr)
-            return 2
+    if not args.dry_run and not gpus.count():
+        print(NO_GPU, file=sys.stderr)
+        return 2
     mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
     store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
     print(f"leaderboard run: {args.name} from {zip_path or directory} ({mode}, {args.repeats} timing(s))", flush=True)
@@ -139,12 +148,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     args.dry_run = args.cpu
 
-    if not args.dry_run:
-        import torch
-
-        if not torch.cuda.is_available():
-            print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
-            return 2
+    if not args.dry_run and not gpus.count():
+        print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
+        return 2
     from leaderboard.sandbox import SandboxUnavailable
 
     try:
@@ -188,20 +194,20 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--cpu", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
     run.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
-    run.add_argument("--store", type=Path, default=None, help="results store (default leaderboard/results/records.jsonl; dry runs: none)")
+    run.add_argument("--store", type=Path, default=None, help="results store (default records/leaderboard/records.jsonl; dry runs: none)")
     run.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     run.set_defaults(handler=cmd_run)
 
     table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
-    table.add_argument("--store", type=Path, default=DEFAULT_STORE, help="results store (default leaderboard/results/records.jsonl)")
-    table.add_argument("--out", type=Path, default=DEFAULT_STORE.parent, help="folder for leaderboard.md and leaderboard.png (default leaderboard/results)")
+    table.add_argument("--store", type=Path, default=DEFAULT_STORE, help="results store (default records/leaderboard/records.jsonl)")
+    table.add_argument("--out", type=Path, default=STORE_DIR, help="folder for leaderboard.md and leaderboard.png (default records/leaderboard)")
     table.add_argument("--all", action="store_true", help="also rank --quick and --cpu runs (marked)")
     table.set_defaults(handler=cmd_table)
 
     selftest = commands.add_parser("selftest", help="the reference, the honest slow fixture and every cheat fixture")
     selftest.add_argument("--cpu", action="store_true", help="CPU: only the fixtures a CPU can judge")
     selftest.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
-    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default leaderboard/results/selftest; with --only, a subfolder only-NAMES of it)")
+    selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default records/leaderboard/selftest; with --only, a subfolder only-NAMES of it)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
     selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     selftest.set_defaults(handler=cmd_selftest)
@@ -211,10 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     batch = commands.add_parser("batch", help="time every submission of a Gradescope export, one GPU each, and "
                                 "write the table")
     add_flags(batch, "cs336-leaderboard")
-    batch.add_argument("--out", type=Path, default=DEFAULT_STORE.parent / "batch",
-                       help="folder for each run's log and record (default leaderboard/results/batch)")
+    batch.add_argument("--out", type=Path, default=STORE_DIR / "batch",
+                       help="folder for each run's log and record (default records/leaderboard/batch)")
     batch.add_argument("--store", type=Path, default=None,
-                       help="results store the records join (default leaderboard/results/records.jsonl; "
+                       help="results store the records join (default records/leaderboard/records.jsonl; "
                             "with --cpu, OUT/records.jsonl)")
     batch.add_argument("--table-out", type=Path, default=None, help="folder for leaderboard.md/png (default: the store's)")
     batch.add_argument("--quick", action="store_true", help="short timings (rep 1 s); not ranked")
@@ -229,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    refusal = _refuse_old_flags(args)
+    refusal = _refuse_old_flags(args) or _store_left_behind(args)
     if refusal:
         print(refusal, file=sys.stderr)
         return 2

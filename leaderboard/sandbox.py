@@ -61,6 +61,7 @@ WORKER_MODULES = (
     "tests/executor/triton_source.py",
     "tests/flash_reference.py",
     "tests/flash_tolerances.py",
+    "tests/gpus.py",
     "tests/submission.py",
 )
 # Variables of the parent's environment the worker may see: where the GPU, its libraries and a

@@ -10,7 +10,8 @@ most ``MAX_REFERENCE_SPREAD_PCT`` between the three medians), the honest slow fi
 accepted, and every cheat fixture is refused with the reasons ``fixtures.FIXTURES`` lists.
 Records, ``summary.md`` (written by the batches' one summary writer, autograder/batch/driver.py:
 counts, wall time, the slowest entries, those not as expected, then a table of every entry) and
-the table go to ``leaderboard/results/selftest/`` (or ``--out``).
+the table go to ``records/leaderboard/selftest/``, which git ignores (or ``--out``); a run worth
+keeping is copied into a dated folder of records/.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from leaderboard.batch import code_version
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, run_submission
 from leaderboard.sandbox import is_root
-from leaderboard.store import ROOT, read_records
+from leaderboard.store import ROOT, STORE_DIR, read_records
 from leaderboard.table import write_table
 
-DEFAULT_OUT = ROOT / "leaderboard" / "results" / "selftest"
+DEFAULT_OUT = STORE_DIR / "selftest"
 MAX_REFERENCE_SPREAD_PCT = 3.0
 REFERENCE_REPEATS = 3
 

@@ -13,10 +13,28 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_STORE = ROOT / "leaderboard" / "results" / "records.jsonl"
+STORE_DIR = ROOT / "records" / "leaderboard"
+"""The live leaderboard's folder, outside the code package and ignored by git: the store, its
+table, the batch's runs, the self-test's output (records/README.md)."""
+DEFAULT_STORE = STORE_DIR / "records.jsonl"
+OLD_STORE_DIR = ROOT / "leaderboard" / "results"
+"""Where the stores were kept inside the code package, before they moved to STORE_DIR."""
 
 # Fields every record has (others may be missing, e.g. times of a refused run).
 REQUIRED_FIELDS = ("name", "accepted", "refusals", "checks", "mode", "date", "submission_hash")
+
+
+def moved_store_message(store: Path) -> str | None:
+    """Why ``store``, a file of STORE_DIR, must not be used yet: a file of the same name still lies
+    in OLD_STORE_DIR (a kit updated in place), whose records a new store would silently leave
+    out. The message says how to move them. None when there is nothing to move."""
+    store = Path(store)
+    old = OLD_STORE_DIR / store.name
+    if store.parent != STORE_DIR or not old.exists():
+        return None
+    return (f"the leaderboard's store has moved out of the code package, from {old} to {store}, and {old} "
+            f"still holds records. Move them first: mkdir -p {STORE_DIR} && cat {old} >> {store} && rm {old} "
+            f"(or pass --store {old} to use the old file as it is)")
 
 
 def append_record(record: dict, store: Path = DEFAULT_STORE) -> None:

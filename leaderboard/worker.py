@@ -48,6 +48,8 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests import gpus
+
 MODES = ("official", "quick", "dry-run")
 # What a confined worker may use (confine/limits.py), as the grader's executor: processes and
 # threads of its leased uid (a fork bomb stops there) and the largest file it may write.
@@ -432,7 +434,8 @@ def environment() -> dict:
     import torch
     import triton
 
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU)"
+    present = gpus.names()
+    gpu = present[0] if present else "none (CPU)"
     return {
         "gpu": gpu,
         "torch": torch.__version__,
@@ -488,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         # threads per process make every small operation many times slower.
         torch.set_num_threads(1)
         record_interpreted_launches()
-    elif not torch.cuda.is_available():
+    elif not gpus.count():
         message = (
             f"the worker (uid {os.getuid()}) sees no CUDA GPU; the GPU's device files (/dev/nvidia*) must be "
             "readable and writable by every user"

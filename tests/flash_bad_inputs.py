@@ -34,7 +34,9 @@ import traceback
 import pytest
 import torch
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+from tests import gpus
+
+DEVICE = "cuda" if gpus.count() else "cpu"
 ACCEPTED = (ValueError, TypeError, RuntimeError)
 
 

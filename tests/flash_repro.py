@@ -34,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests import gpus
+
+    if not gpus.count() and os.environ.get("TRITON_INTERPRET") != "1":
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.executor.interpreter import single_autotune_config
     from tests.flash_cases import FlashCase, check_backward, check_forward
     from tests.submission import SubmissionError, load_adapters, resolve_submission_dir

@@ -4,7 +4,8 @@
 that needs two (a process per GPU over NCCL). Read by conftest.py, which skips a test this
 machine has too few GPUs for, and by the scorers (tests/score.py, the grader's plugin and
 runner): a test skipped for want of GPUs is "not graded on this runner", never a failure, so
-a one-GPU runner costs no points on two-GPU tests.
+a one-GPU runner costs no points on two-GPU tests. How many GPUs there are is tests/gpus.py's
+``count()``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,6 @@ def gpus_needed(item) -> int:
     if marker is None:
         return 0
     return int(marker.kwargs.get("count", marker.args[0] if marker.args else 1))
-
-
-def gpus_present() -> int:
-    """How many CUDA GPUs this process can use (0 without CUDA)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def skip_reason(needed: int, present: int) -> str:

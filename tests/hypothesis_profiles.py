@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 from hypothesis import HealthCheck, settings
 
+from tests import gpus
+
 
 @dataclass(frozen=True)
 class FuzzBounds:
@@ -61,6 +63,6 @@ _BOUNDS = {
     ),
 }
 
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("gpu" if gpus.count() else "cpu")
 settings.load_profile(PROFILE)
-FUZZ = _BOUNDS["gpu" if torch.cuda.is_available() else "cpu"]
+FUZZ = _BOUNDS["gpu" if gpus.count() else "cpu"]

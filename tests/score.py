@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu_marker import gpus_needed, gpus_present
+from tests import gpus
+from tests.gpu_marker import gpus_needed
 from tests.triton_marker import needs_triton, triton_importable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +141,7 @@ def format_table(outcomes: list[Outcome], points: dict) -> str:
 
 def main(argv: list[str]) -> int:
     points = load_points()
-    recorder = Recorder(gpus=gpus_present())
+    recorder = Recorder(gpus=gpus.count())
     code = pytest.main([*PYTEST_ARGS, *(argv or ["tests"])], plugins=[recorder])
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         print(f"[score] pytest stopped with exit status {int(code)}: fix that first (no score)")

@@ -13,10 +13,11 @@ import pytest
 import torch
 from hypothesis import given, note
 
+from tests import gpus
 from tests.flash_cases import FlashCase, check_backward, flash_case_strategy
 from tests.hypothesis_profiles import FUZZ
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = "cuda" if gpus.count() else "cpu"
 # The Triton cases are marked: they are skipped where Triton is not installed (tests/triton_marker.py).
 IMPLEMENTATIONS = ("pytorch", pytest.param("triton", marks=pytest.mark.triton))
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 from hypothesis import given, note
 
+from tests import gpus
 from tests.flash_bad_inputs import BAD_INPUTS, assert_rejects
 from tests.flash_cases import FlashCase, check_forward, flash_case_strategy
 from tests.hypothesis_profiles import FUZZ
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = "cuda" if gpus.count() else "cpu"
 
 
 def _function(adapters):

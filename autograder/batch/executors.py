@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import gpus as gpu_query  # the parameter `gpus` below is the --gpus option
+
 
 @dataclass(frozen=True)
 class Job:
@@ -154,12 +156,8 @@ def local_devices(gpus: str, jobs: int, per_job: int = 1) -> list[str | None]:
     if gpus in ("0", "none", ""):
         return [None] * max(1, jobs)
     if gpus == "auto":
-        try:
-            answer = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-            count = sum(line.startswith("GPU ") for line in answer.stdout.splitlines()) if answer.returncode == 0 else 0
-        except (OSError, subprocess.SubprocessError):
-            count = 0
-        indices = [str(index) for index in range(count)]
+        # every GPU nvidia-smi lists, whatever this process's CUDA_VISIBLE_DEVICES says
+        indices = [str(index) for index in range(len(gpu_query.listed()))]
         if not indices:
             return [None] * max(1, jobs)
     elif "," in gpus:

@@ -25,6 +25,7 @@ import warnings
 import torch
 
 from autograder.hidden_tests.secret import course_secret
+from tests import gpus
 from tests.assertions import assert_close, assert_meta
 from tests.flash_cases import (
     FlashCase,
@@ -37,11 +38,11 @@ from tests.flash_cases import (
 from tests.flash_reference import attention_float64
 from tests.flash_tolerances import tolerance
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = "cuda" if gpus.count() else "cpu"
 # On a GPU, torch.compile's default backend (inductor), as the leaderboard uses it. On a CPU,
 # "aot_eager": the same graph capture (dynamo) and autograd tracing, which is where a Function
 # breaks under compile, without inductor's C++ build (20+ s per graph on a 2-core machine).
-COMPILE_BACKEND = "inductor" if torch.cuda.is_available() else "aot_eager"
+COMPILE_BACKEND = "inductor" if gpus.count() else "aot_eager"
 
 
 def hidden_seed(label: str) -> int:

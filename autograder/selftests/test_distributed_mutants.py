@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from autograder.fixtures.mutants.catalog import DISTRIBUTED_MUTANTS, materialize_distributed
 from autograder.manifest import load_manifest
 from autograder.selftests.test_mutant_catalog import ONLY, _outcomes
+from tests import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 MIN_MUTANTS = 10
@@ -42,7 +42,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
                      "log": str(root / f"{mutant.name}.log")})
     (root / "jobs.json").write_text(json.dumps(jobs))
     command = [sys.executable, "-m", "autograder.fixtures.mutants.run_jobs", str(root / "jobs.json"),
-               "--workers", "2"] + ([] if torch.cuda.is_available() else ["--fork"])
+               "--workers", "2"] + ([] if gpus.count() else ["--fork"])
     env = {k: v for k, v in os.environ.items() if k != "CS336_SUBMISSION"}
     done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"a pytest job crashed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -51,7 +51,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
 
 def _targets(mutant) -> tuple[str, ...]:
     """The tests ``mutant`` must fail here: its caught_by, and its NCCL tests where two GPUs are present."""
-    two_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+    two_gpus = gpus.count() >= 2
     return mutant.caught_by + (mutant.caught_on_gpus_by if two_gpus else ())
 
 

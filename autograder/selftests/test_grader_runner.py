@@ -18,6 +18,7 @@ import pytest
 from autograder.grade import GradeOptions, grade
 from autograder.selftests.gradescope_schema import problems_with
 from autograder.selftests.toy_kit import build_toy_kit
+from tests import gpus
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "setresuid"), reason="the grader needs a POSIX system")
 
@@ -45,9 +46,7 @@ def test_results_json_is_valid_and_matches_the_report(toy_grade):
     report, written = toy_grade
     assert problems_with(written) == []
     assert written == report.results
-    import torch
-
-    gpu_only = 0 if torch.cuda.is_available() else 1  # left out on a CPU runner, graded on a GPU one
+    gpu_only = 0 if gpus.count() else 1  # left out on a CPU runner, graded on a GPU one
     assert len(written["tests"]) == 12 + 4 + 4 - gpu_only
 
 
@@ -82,20 +81,16 @@ def test_misbehaving_tests_score_zero_with_a_reason(toy_grade, name, words):
 
 
 def test_a_memory_hog_is_told_the_limit_it_hit(toy_grade):
-    import torch
-
-    if torch.cuda.is_available():
+    if gpus.count():
         pytest.skip("no address-space limit where CUDA runs (CUDA reserves far more than it uses)")
     entry = _by_test(toy_grade[1])["test_hog_memory"]
     assert "address-space limit of 8 GiB" in entry["output"], entry["output"]
 
 
 def test_gpu_tests_are_left_for_a_gpu_grade_on_cpu(toy_grade):
-    import torch
-
     results = toy_grade[1]
     entries = _by_test(results)
-    if torch.cuda.is_available():
+    if gpus.count():
         assert entries["test_needs_gpu"]["status"] == "passed"
         assert results["extra_data"]["gpu_later_points"] == 0
     else:

@@ -20,6 +20,7 @@ from autograder.runner import SuiteRun, SuiteSpec
 from autograder.schedule import (
     DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, pack_longest_first, plan_chains,
 )
+from tests.gpus import ListedGPU
 
 KIT = Path(__file__).resolve().parents[2]
 
@@ -153,8 +154,9 @@ def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_p
     ],
 )
 def test_default_jobs(monkeypatch, gpu, cpus, memory_gib, expected):
-    monkeypatch.setattr(grade_module, "_gpu_runner", lambda: gpu)
-    monkeypatch.setattr(grade_module, "_gpu_memory_gib", lambda: memory_gib)
+    listed = [] if memory_gib is None else [ListedGPU(0, "GPU", memory_gib * 1024), ListedGPU(1, "GPU", 2000.0 * 1024)]
+    monkeypatch.setattr(grade_module.gpus, "driver_present", lambda: gpu)
+    monkeypatch.setattr(grade_module.gpus, "listed", lambda: listed)  # the smallest GPU counts
     monkeypatch.setattr(grade_module, "usable_cpus", lambda: cpus)
     assert grade_module._default_jobs() == expected
 

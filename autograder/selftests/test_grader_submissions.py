@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import torch
 
 from autograder.fixtures.mutants.catalog import MUTANTS, materialize
 from autograder.grade import GradeOptions, grade
 from autograder.manifest import load_manifest
 from autograder.selftests.gradescope_schema import hidden_shown_early, problems_with
+from tests import gpus
 
 MANIFEST = load_manifest()
 
@@ -34,7 +34,7 @@ def test_reference_earns_every_gradable_point(reference_grade):
     report, results = reference_grade
     lost = [(e["name"], e["output"][:500]) for e in results["tests"] if e["status"] != "passed"]
     assert not lost, f"the reference must pass every test this runner can grade; it failed {len(lost)}: {lost[:5]}"
-    if torch.cuda.is_available():
+    if gpus.count():
         assert abs(results["score"] - MANIFEST.total_points) < 1e-3
 
 
@@ -68,7 +68,7 @@ def test_gpu_only_tests_are_not_failures_on_cpu(reference_grade):
     assert not [e["name"] for e in results["tests"] if e["status"] == "failed"]
     assert abs(results["score"] - sum(e["score"] for e in results["tests"])) < 1e-3
     later = results["extra_data"]["gpu_later_points"]
-    if torch.cuda.is_available():
+    if gpus.count():
         assert later == 0 and "This runner has no GPU" not in results["output"]
     else:
         assert later > 0
@@ -123,7 +123,7 @@ def test_stub_grade_matches_reference_grade_test_for_test(stub_grade, reference_
 
 # -- the mutants ----------------------------------------------------------------------------
 
-GRADABLE = [m for m in MUTANTS if not m.gpu_only or torch.cuda.is_available()]
+GRADABLE = [m for m in MUTANTS if not m.gpu_only or gpus.count()]
 # Every mutant's tests are shown to fail by test_mutant_catalog.py; here the grader turns failures
 # into lost points, which does not depend on the mistake: one mutant per problem it breaks (the
 # first in the catalog) is graded end to end, so each problem's scoring path is covered once.

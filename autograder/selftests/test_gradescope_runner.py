@@ -114,7 +114,8 @@ def test_the_bundle_embeds_the_chosen_or_a_fresh_secret(tmp_path, bundle):
     with pytest.raises(BundleError, match="at least 6"):
         build_bundle(tmp_path / "c.zip", secret="abc")
     names = archive.namelist()
-    assert not [n for n in names if n.startswith(("kit/gpu_checks/", "kit/benchmarks/", "kit/autograder/selftests/"))]
+    assert not [n for n in names if n.startswith(("kit/gpu_checks/", "kit/records/", "kit/benchmarks/",
+                                                 "kit/autograder/selftests/"))]
 
 
 def _hidden_names() -> list[str]:
@@ -237,5 +238,5 @@ def test_leaderboard_table_with_default_paths_leaves_no_untracked_file():
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     status = subprocess.run(["git", "-C", str(KIT), "status", "--porcelain", "--untracked-files=all", "--",
-                             "leaderboard"], capture_output=True, text=True).stdout
+                             "leaderboard", "records"], capture_output=True, text=True).stdout
     assert not [line for line in status.splitlines() if line.startswith("??")], status

@@ -25,13 +25,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import torch
 
 from autograder.fixtures.mutants.catalog import BASE_DIR, HIDDEN_FLASH_FILES, MUTANTS, apply_edits, materialize
+from tests import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 FLASH_PROBLEMS = ("flash_forward_pytorch", "flash_forward_triton", "flash_backward")
-CUDA = torch.cuda.is_available()
+CUDA = gpus.count() > 0
 MIN_CPU_MUTANTS = 15
 WORKERS = 2
 # CS336_MUTANTS=name,name runs only those mutants, and the base only on their caught_by tests

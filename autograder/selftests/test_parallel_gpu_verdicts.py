@@ -4,7 +4,8 @@ Staff only. The GPU tests (DDP overlap in the profiler's timeline, FSDP memory) 
 their verdicts are plain functions of what the probes return, so here they run on the CPU
 against timelines and memory figures shaped like those of the reference and of the mutants
 ``ddp_all_reduce_at_the_end`` and ``fsdp_keeps_full_weights_after_forward`` (numbers of the same
-order as an H200 gave; see gpu_checks/). The trace parser runs on a small hand-written trace.
+order as two H200s gave: records/2026-12-01-h200x2-part2/parallel_profile.md). The trace parser
+runs on a small hand-written trace.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The student release names nothing students do not have: the points manifest, the mutant
-catalog, gpu_checks/, reference/, autograder/, leaderboard/ or confine's staff-only files (autograder/release.py's
+catalog, gpu_checks/, records/, reference/, autograder/, leaderboard/ or confine's staff-only files (autograder/release.py's
 STAFF_ONLY_NAMES, checked by grepping every file of the built release)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def test_the_release_names_no_staff_only_file(student_release):
 
 def test_the_check_finds_each_staff_only_name(tmp_path):
     lines = ["The grader reads points from one manifest.", "see autograder/fixtures/mutants/catalog.py",
-             "bash gpu_checks/run.sh", "diff against reference/adapters.py", "python -m autograder.tools.x",
+             "bash gpu_checks/run.sh", "see records/2026-12-02-h200-evidence/", "diff against reference/adapters.py", "python -m autograder.tools.x",
              "the mutant catalog", "leaderboard/README.md", "confine/THREAT_MODEL.md", "from confine import uid_pool"]
     (tmp_path / "notes.md").write_text("\n".join(lines + ["a Gradescope autograder and a reference answer"]))
     found = staff_names(tmp_path)

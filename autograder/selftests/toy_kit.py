@@ -215,7 +215,8 @@ def build_toy_kit(root: Path) -> tuple[Path, Path, object]:
     (kit / "autograder" / "hidden_tests").mkdir(parents=True)
     shutil.copy(KIT / "conftest.py", kit / "conftest.py")
     # what the root conftest imports
-    for helper in ("submission.py", "stub_failures.py", "gpu_marker.py", "triton_marker.py", "example_seeds.py"):
+    helpers = ("submission.py", "stub_failures.py", "gpus.py", "gpu_marker.py", "triton_marker.py", "example_seeds.py")
+    for helper in helpers:
         shutil.copy(KIT / "tests" / helper, kit / "tests" / helper)
     shutil.copytree(KIT / "tests" / "executor", kit / "tests" / "executor", ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "tests" / "__init__.py").write_text("")

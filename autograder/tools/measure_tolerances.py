@@ -110,11 +110,12 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
     ``dtype_names`` (e.g. ["bfloat16"]) restricts the dtypes; None measures all three."""
     import torch
 
+    from tests import gpus
     from tests.assertions import norm_check_applies
     from tests.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase, case_tolerance
     from tests.submission import load_adapters
 
-    cuda = torch.cuda.is_available()
+    cuda = gpus.count() > 0
     if submission in (EMULATED, EMULATED_IEEE):
         emulation = EmulatedTensorCoreAttention if submission == EMULATED else EmulatedFloat32Attention
         getters = {"emulated": lambda: emulation}
@@ -217,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         print("ROWS " + json.dumps(rows))
         return 0
 
-    import torch  # only to pick defaults; the measuring happens in child processes
+    from tests import gpus  # only to pick defaults; the measuring happens in child processes
 
-    max_n = args.max_n or (1024 if torch.cuda.is_available() else 160)
+    cuda = gpus.count() > 0
+    max_n = args.max_n or (1024 if cuda else 160)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if not torch.cuda.is_available():
+    if not cuda:
         env.setdefault("TRITON_INTERPRET", "1")
     rows = []
     for submission in submissions:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from autograder.fixtures.mutants.catalog import materialize
 from autograder.manifest import load_manifest
+from tests import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 FORWARD = "tests/test_flash_forward_triton.py::test_flash_forward_triton_any_shape"
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     limit = load_manifest().settings.test_timeout_s
-    machine = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
+    machine = (gpus.names() or [f"CPU ({os.cpu_count()} cores)"])[0]
     lines = [f"Shape-fuzz tests on mutants: {machine}, Python {platform.python_version()}, torch {torch.__version__}; "
              f"per-test limit {limit:.0f} s (each run stopped at {2 * limit:.0f} s).", "",
              "| mutant | test | wall (s) | pytest's time | outcome | repro line shown |", "| --- | --- | --- | --- | --- | --- |"]

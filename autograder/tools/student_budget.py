@@ -66,7 +66,9 @@ def _machine() -> str:
     import torch
     import triton
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    from tests import gpus
+
+    gpu = (gpus.names() or ["no GPU"])[0]
     return (f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
             f"triton {triton.__version__}")
 

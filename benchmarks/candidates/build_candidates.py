@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = "reference/cs336_systems/flash_attention_triton.py"
-BASE = "7f1ac55"  # the reference the candidates were built from (benchmarks/results/2026-12-02-h200-candidates.md)
+BASE = "7f1ac55"  # the reference the candidates were built from (records/2026-12-02-h200-kernel-candidates/candidates.md)
 
 
 def replace(s: str, old: str, new: str, count: int = 1) -> str:

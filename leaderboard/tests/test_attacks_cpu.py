@@ -75,8 +75,8 @@ def attacked():
     """Run every attack fixture once; yield (kit, store, old store bytes, kit before, kit after,
     records by name, the parent's stderr)."""
     kit = kit_copy()
-    store = kit / "leaderboard" / "results" / "records.jsonl"
-    store.parent.mkdir()
+    store = kit / "records" / "leaderboard" / "records.jsonl"  # where the store is by default
+    store.parent.mkdir(parents=True)
     other = {"name": "alice", "accepted": True, "refusals": [], "checks": {}, "mode": "official", "date": "2026-11-29", "submission_hash": "ab" * 32, "time_ms": 5.0}
     store.write_text(json.dumps(other, sort_keys=True) + "\n")
     old_store = store.read_bytes()

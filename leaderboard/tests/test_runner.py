@@ -4,12 +4,12 @@ import shutil
 import zipfile
 
 import pytest
-import torch
 
 from leaderboard.__main__ import main
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import LINK_ROOTS, describe, submission_files
 from leaderboard.store import read_records
+from tests import gpus
 from tests.submission import MAX_DATA_BYTES, MAX_FILE_BYTES, SubmissionError, files_hash, submission_hash
 
 
@@ -77,7 +77,7 @@ def test_describe_names_every_reason():
     assert text.startswith("REFUSED x") and "ones_dO: faster" in text and "below_floor: too fast" in text
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+@pytest.mark.skipif(gpus.count() > 0, reason="checks the refusal on a machine without a GPU")
 @pytest.mark.parametrize("command", [["run", "reference", "--name", "ref"], ["selftest"]])
 def test_without_a_gpu_run_and_selftest_refuse_clearly(command, capsys):
     assert main(command) == 2

@@ -1,8 +1,12 @@
 """The results store (JSON lines) and the table rendered from it (Markdown and PNG)."""
 
+import subprocess
+
 import pytest
 
-from leaderboard.store import append_record, read_records
+from leaderboard import store as store_module
+from leaderboard.__main__ import main
+from leaderboard.store import DEFAULT_STORE, ROOT, STORE_DIR, append_record, read_records
 from leaderboard.table import ranking, render_markdown, write_table
 
 
@@ -99,3 +103,47 @@ def test_the_header_does_not_describe_the_official_problem_above_rows_timed_othe
     assert "timed under other conditions" in mixed.split("\n| # |")[0] and "| dry-run |" in mixed
     official = render_markdown([record("bob", 5.0)])
     assert "other conditions" not in official and "Not the official" not in official
+
+
+def test_the_live_store_and_outputs_sit_outside_the_code_package_and_git_ignores_them():
+    from leaderboard.__main__ import build_parser
+    from leaderboard.selftest import DEFAULT_OUT
+    from leaderboard.training_step.run import DEFAULT_STORE as TRAINING_STORE
+
+    parser = build_parser()
+    table_out = parser.parse_args(["table"]).out
+    batch_out = parser.parse_args(["batch", "export.zip"]).out
+    defaults = [DEFAULT_STORE, DEFAULT_OUT, TRAINING_STORE, table_out, batch_out]
+    assert all(path.parent == STORE_DIR or path == STORE_DIR for path in defaults), defaults
+    assert not [path for path in defaults if ROOT / "leaderboard" in path.parents], defaults
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    for path in defaults:
+        ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", str(path / "x")], capture_output=True)
+        assert ignored.returncode == 0, f"{path} is not ignored by git"
+
+
+def test_a_store_left_in_the_code_package_stops_the_commands_and_says_how_to_move_it(tmp_path, monkeypatch, capsys):
+    old = tmp_path / "leaderboard" / "results"
+    old.mkdir(parents=True)
+    monkeypatch.setattr(store_module, "OLD_STORE_DIR", old)
+    out = ["--out", str(tmp_path / "table")]
+    assert main(["table", *out]) == 0  # nothing left behind: the default store is used
+    append_record(record("alice", 6.0), old / "records.jsonl")
+    for command in (["table", *out], ["run", "reference", "--name", "x"], ["batch", "export.zip", "--dry-run"]):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert f"leaderboard {command[0]}: the leaderboard's store has moved out of the code package" in err, err
+        assert f"cat {old / 'records.jsonl'} >> {DEFAULT_STORE} && rm {old / 'records.jsonl'}" in err, err
+    assert main(["table", "--store", str(old / "records.jsonl"), *out]) == 0  # the old file, named, still works
+    assert "alice" in (tmp_path / "table" / "leaderboard.md").read_text()
+
+
+def test_a_training_step_store_left_in_the_code_package_stops_its_runs(tmp_path, monkeypatch, capsys):
+    from leaderboard.training_step.__main__ import main as training_step_main
+
+    monkeypatch.setattr(store_module, "OLD_STORE_DIR", tmp_path)
+    (tmp_path / "training_step.jsonl").write_text("{}\n")
+    assert training_step_main(["run", "reference"]) == 2
+    err = capsys.readouterr().err
+    assert "has moved out of the code package" in err and f"rm {tmp_path / 'training_step.jsonl'}" in err, err

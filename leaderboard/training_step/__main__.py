@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from leaderboard.store import moved_store_message
 
 from .run import DEFAULT_STORE, record, run
 
@@ -25,12 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--small", action="store_true", help="2 GPUs: the official shape in small, bf16 (a trusted "
                                                            "run that fits one GPU)")
     args = parser.parse_args(argv)
+    moved = moved_store_message(Path(args.store or DEFAULT_STORE)) if args.store or not args.dry_run else None
+    if moved:
+        print(f"leaderboard.training_step: {moved}", file=sys.stderr)
+        return 2
     if args.dry_run:
         outcome = run(args.submission, "tiny", backend="gloo")
     else:
-        import torch
+        from tests import gpus
 
-        if torch.cuda.device_count() < 2:
+        if gpus.count() < 2:
             print("the official run needs two CUDA GPUs; use --dry-run on a CPU", file=sys.stderr)
             return 2
         name = "small" if args.small else "trial" if args.trial else "official"
@@ -40,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
             print(error, file=sys.stderr)
             return 2
     if args.store or not args.dry_run:
-        from pathlib import Path
-
         record(outcome, args.name or Path(args.submission).resolve().name, args.submission,
                args.store or DEFAULT_STORE)
     if outcome.accepted:

@@ -16,15 +16,16 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tests import gpus
 from tests.executor.probes.parallel_launch import launch
 from tests.submission import submission_hash
 
 from leaderboard.runner import LINK_ROOTS
-from leaderboard.store import ROOT, append_record
+from leaderboard.store import STORE_DIR, append_record
 
 from .config import CONFIGS, StepConfig
 
-DEFAULT_STORE = ROOT / "leaderboard" / "results" / "training_step.jsonl"
+DEFAULT_STORE = STORE_DIR / "training_step.jsonl"
 """The training-step board's records (the FlashAttention board's store format, a file of its own)."""
 CHECKS = ("gate", "different_model", "no_update", "no_communication", "work_skipped_when_timed")
 from .trusted import trusted_run
@@ -81,8 +82,7 @@ def stack(backend: str) -> dict:
     """The software and the devices of this run, for its record."""
     import torch
 
-    devices = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-               if backend == "nccl" else [platform.processor() or platform.machine()])
+    devices = gpus.names() if backend == "nccl" else [platform.processor() or platform.machine()]
     return {"python": platform.python_version(), "torch": torch.__version__, "backend": backend, "devices": devices}
 
 

@@ -1,6 +1,6 @@
 """Is optimizer state trained on a GPU within the per-tensor tolerance of the CPU truth? (AdamW 1e-2, 2 steps)
 
-Run from the repo root: python3 gpu_checks/2026-12-01-h200-one-gpu-part2/state_gpu_vs_cpu.py
+Run from the repo root: python3 records/2026-12-01-h200-one-gpu-part2/state_gpu_vs_cpu.py
 """
 import sys
 sys.path.insert(0, ".")
