@@ -72,7 +72,8 @@ def pytest_configure(config):
 
         single_autotune_config()  # the submission is imported in this process
     if config.getoption("--isolate"):
-        from tests.executor.client import Executor, ExecutorSettings
+        from tests.executor.client import Executor
+        from tests.executor.process import ExecutorSettings
 
         workdir = config.getoption("--executor-dir") or tempfile.mkdtemp(prefix="cs336-executor-")
         config.executor = Executor(ExecutorSettings(
@@ -130,7 +131,7 @@ def submission_dir(pytestconfig) -> Path:
 def adapters(pytestconfig, submission_dir):
     """The submission's ``adapters``: the only way tests reach student code (a stand-in under --isolate)."""
     if pytestconfig.executor is not None:
-        from tests.executor.client import RemoteAdapters
+        from tests.executor.proxies import RemoteAdapters
 
         return RemoteAdapters(pytestconfig.executor)
     return load_adapters(submission_dir)

@@ -159,7 +159,7 @@ def own_check(error: BaseException) -> str | None:
 def _launches(function) -> list | None:
     """The kernel launches the executor holding ``function`` recorded so far in this test, or None
     when ``function`` runs in this process (plain ``pytest`` without ``--isolate``: not recorded)."""
-    from tests.executor.client import recorded_launches
+    from tests.executor.proxies import recorded_launches
 
     return recorded_launches(function)
 

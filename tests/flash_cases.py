@@ -174,7 +174,7 @@ def compile_apply(function, backend: str):
     not checked for the submission's Triton launches (inductor launches kernels its own way);
     callers check the uncompiled Function too.
     """
-    from tests.executor.client import RemoteObject
+    from tests.executor.proxies import RemoteObject
 
     if isinstance(function, RemoteObject):
         return function._executor.probe("flash.compile_apply", function, backend)
@@ -189,7 +189,7 @@ def saved_tensors(O: torch.Tensor, context: str) -> tuple[torch.Tensor, ...]:
             f"the output O has no grad_fn [{context}]: the inputs required grad, so O must come from "
             "your autograd.Function's apply (do not detach it or build it with torch.no_grad)"
         )
-    from tests.executor.client import saved_tensors as executor_saved_tensors
+    from tests.executor.autograd_bridge import saved_tensors as executor_saved_tensors
 
     try:
         remote = executor_saved_tensors(O)  # O came from the executor (pytest --isolate)
@@ -270,7 +270,7 @@ def reporting(case: FlashCase, implementation: str, check: str, call: str):
     is re-raised naming the case and its rerun command; a Triton Function's refusal of CPU
     tensors is explained (``explain_device_refusal``); any other error gets the rerun command
     as a note."""
-    from tests.executor.client import ExecutorFailure
+    from tests.executor.process import ExecutorFailure
 
     rerun = case.command(implementation, check)
     try:

@@ -76,7 +76,7 @@ def stub_error(error: BaseException | None) -> BaseException | None:
 
 def _executor_failure(error: BaseException) -> bool:
     try:
-        from tests.executor.client import ExecutorFailure
+        from tests.executor.process import ExecutorFailure
     except ImportError:  # a kit without the executor
         return False
     return isinstance(error, ExecutorFailure)

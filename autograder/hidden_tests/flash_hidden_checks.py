@@ -192,7 +192,7 @@ class _naming_failures:
         return self
 
     def __exit__(self, kind, error, traceback):
-        from tests.executor.client import ExecutorFailure
+        from tests.executor.process import ExecutorFailure
 
         if isinstance(error, ExecutorFailure):
             raise ExecutorFailure(f"{error}\n  while running {self.context}") from None

@@ -24,7 +24,8 @@ import torch
 
 from confine import uid_pool
 from autograder.fixtures.attacks.catalog import KIT, materialize
-from tests.executor.client import Executor, ExecutorSettings
+from tests.executor.client import Executor
+from tests.executor.process import ExecutorSettings
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="executors get their own user ids only when graded as root")
 

@@ -3,7 +3,7 @@
 Read by staff changing how examples are drawn (tests/example_seeds.py), how time is charged
 (tests/executor/cpu_clock.py, autograder/runner.py), how many chains a grade runs
 (autograder/cpus.py ``usable_cpus``), what survives from one test to the next
-(tests/executor/client.py), what a failure says (tests/flash_cases.py, autograder/results.py) and
+(tests/executor/client.py, process.py), what a failure says (tests/flash_cases.py, autograder/results.py) and
 what a bad-input test credits (tests/flash_bad_inputs.py). Every check runs on a CPU.
 """
 
@@ -98,7 +98,7 @@ def test_the_kit_plugin_gives_every_run_of_a_test_the_same_examples(tmp_path):
 _TIMEOUT_FILE = '''
 import os
 from hypothesis import given, strategies as st
-from tests.executor.client import ExecutorFailure
+from tests.executor.process import ExecutorFailure
 
 @given(st.integers(0, 10**6))
 def test_times_out(value):
@@ -208,7 +208,8 @@ def test_a_budget_charges_a_busy_machine_nothing_extra():
 
 
 def _executor(tmp_path):
-    from tests.executor.client import Executor, ExecutorSettings
+    from tests.executor.client import Executor
+    from tests.executor.process import ExecutorSettings
 
     return Executor(ExecutorSettings(submission=tmp_path, workdir=tmp_path / "work", test_timeout_s=10.0))
 
@@ -237,7 +238,7 @@ def test_a_triton_failure_gets_the_next_test_a_fresh_executor(tmp_path, monkeypa
 
 
 def test_a_dead_executors_compile_caches_are_not_read_again(tmp_path):
-    from tests.executor.client import wipe_compile_caches
+    from tests.executor.process import wipe_compile_caches
 
     executor = _executor(tmp_path)
     cache = tmp_path / "work" / "cache"

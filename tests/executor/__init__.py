@@ -14,8 +14,10 @@ an object the executor holds) with these arguments; here is the result. Tensors 
 copies; objects that cannot cross (a class, a model) stay where they are and cross as handles;
 a function of the harness passed as an argument (a fake clock, a fake step) crosses as a
 callback that runs back in the harness, so its record of what happened stays there. The
-harness's side is ``client.py``; ``probes/`` holds the kit's own code that must run next to
-the submission (compiling a Function, counting forward passes); ``launches.py`` records which
+harness's side is ``process.py`` (start, stop, confine the process), ``client.py`` (requests and
+replies), ``proxies.py`` (what a test holds of the submission) and ``autograd_bridge.py`` (a
+stand-in graph for each returned tensor); ``probes/`` holds the kit's own code that must run next
+to the submission (compiling a Function, counting forward passes); ``launches.py`` records which
 Triton kernels ran. This package is copied into the executor's folder, beside a copy of the
 confinement modules it imports (``confine``: its identity, frames and limits, shared with the
 leaderboard's worker), so it must import nothing else from the rest of the kit.

@@ -1,7 +1,16 @@
-"""The harness's side of the executor: start it, call the submission through it, survive it.
+"""The harness's side of the executor: call the submission through it, and survive it.
 
-Read by the root ``conftest.py`` (which hands tests a ``RemoteAdapters`` under ``--isolate``)
-and by staff changing the protocol (``server.py`` is the other side). What a test sees:
+Read by the root ``conftest.py`` (which makes the ``Executor`` under ``--isolate``), by the grader's
+pytest plugin (``restart_if_failed``) and by staff changing the protocol (``server.py`` is the other
+side). The folder is ``tests/executor/``; this file is its request layer:
+
+- ``process.py`` starts, stops and confines the process (``ExecutorProcess``, ``ExecutorSettings``,
+  ``ExecutorFailure``); ``Executor`` here builds on it;
+- ``proxies.py`` is what a test holds (``RemoteAdapters``, ``RemoteObject``);
+- ``autograd_bridge.py`` gives returned tensors a stand-in graph (``saved_tensors``);
+- ``provenance.py`` and ``triton_source.py`` hold the grading rules a Triton call is checked against.
+
+What a test sees:
 
 - ``adapters.run_time_steps(step, ...)`` calls the adapter in the executor; plain data and
   tensors come back as copies, anything else (a class, a model) as a ``RemoteObject`` whose
@@ -24,41 +33,22 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import fcntl
-import json
 import os
 import select
-import shutil
-import signal
-import subprocess
-import sys
 import time
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import confine
-
 from . import provenance
+from .autograd_bridge import GraphLink, stand_in_graph
 from .cpu_clock import WALL_FACTOR, Budget
-from .triton_source import kernels_in_directory
+from .process import START_TIMEOUT_S, ExecutorFailure, ExecutorProcess, ExecutorSettings, describe_limit
+from .proxies import RemoteObject
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
-RUNTIME_PACKAGE = "cs336_executor"
-# Binds no kit name in __main__. It first takes the executor's identity (confine/identity.py: a
-# network namespace of its own, then the leased user), as its last argument says, before importing torch.
-_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              "__import__('confine.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
-              f"__import__('{RUNTIME_PACKAGE}.server', fromlist=['main']).main(sys.argv[2:-1])")
-_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
-               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
-               "CS336_INTERPRET_AUTOTUNE_CONFIG")
-_PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")
-_LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
-_START_TIMEOUT_S = 120.0
 REPLY_BASE_BYTES = 64 << 20  # what any reply may hold, besides twice the largest request of its test
 
 
@@ -69,245 +59,28 @@ def reply_limit(request_bytes: int) -> int:
     return REPLY_BASE_BYTES + 2 * request_bytes
 
 
-class ExecutorFailure(Exception):
-    """The process running the submission died, hung, or sent something that is not a reply."""
-
-
-@dataclass(frozen=True)
-class ExecutorSettings:
-    """How to run the executor.
-
-    ``submission``: the directory holding adapters.py and cs336_systems/ (copied, never used in
-    place); ``workdir``: a folder for the executor's copy, home, caches and log (created);
-    ``uid``/``gid``: the user it runs as (None: this process's user); ``limits``: rlimits
-    (``as_bytes``, ``cpu_s``, ``fsize_bytes``, ``nproc``; None leaves one unset);
-    ``test_timeout_s``: how long one test may keep it busy in all, counted as the smaller of wall
-    and CPU time (``cpu_clock.Budget``); ``wall_timeout_s``: the wall-clock backstop for a test
-    whose code waits on nothing (None: ``WALL_FACTOR`` times ``test_timeout_s``).
-    """
-
-    submission: Path
-    workdir: Path
-    uid: int | None = None
-    gid: int | None = None
-    limits: dict[str, int | None] = field(default_factory=dict)
-    test_timeout_s: float | None = None
-    python: str = sys.executable
-    wall_timeout_s: float | None = None
-    transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy (provenance.py)
-
-
-def _describe_limit(name: str, value: int | None) -> str:
-    if value is None:
-        return ""
-    if name == "as_bytes":
-        return f"the address-space limit of {value / 2**30:.0f} GiB"
-    if name == "cpu_s":
-        return f"the CPU-time limit of {value} s"
-    if name == "fsize_bytes":
-        return f"the file-size limit of {value / 2**20:.0f} MiB"
-    return f"the limit of {value} processes and threads"
-
-
-class Executor:
-    """One executor process at a time for this harness; restarted after it fails (see the module docstring)."""
+class Executor(ExecutorProcess):
+    """The harness's executor: one process at a time (``ExecutorProcess``), called through requests
+    (see the module docstring); restarted after it fails."""
 
     def __init__(self, settings: ExecutorSettings):
-        self.settings = settings
-        self.process: subprocess.Popen | None = None
-        self.generation = 0
-        self.failure: str | None = None  # why the executor failed during the current test
+        super().__init__(settings)
         self.timing = False  # the current test reads timings: autotuners tune for real (begin_test)
-        self.deadline: float | None = None  # the wall-clock backstop of the current test
-        self.budget: Budget | None = None  # the current test's time (cpu_clock.Budget)
         self.fresh_after_test = False  # Triton failed in this test: the next test gets a new process
         self._stopped_for_freshness = False
-        self._caches_suspect = False
         self.launches: list[tuple[str, str]] = []
-        self._to, self._from = -1, -1
         self._callbacks: dict[int, Any] = {}
         self._released_handles: list[int] = []
         self._released_graphs: list[int] = []
         self._inputs: list[torch.Tensor] = []
-        self._kernels: dict[str, set[str]] | None = None
         self._provenance = None  # provenance.Verdict, once established
         self._sent_max = 0  # the largest request frame of the current test (bytes)
-        self.greeting: dict = {}  # what the executor said at its start: pid, uid, network_confined
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
-        self._prepared = False
-        self._log_start = 0
-
-    # -- the process ---------------------------------------------------------------------
-
-    def _prepare(self) -> None:
-        work = self.settings.workdir
-        for sub in ("home", "tmp", "cache"):
-            (work / sub).mkdir(parents=True, exist_ok=True)
-        runtime = work / "runtime" / RUNTIME_PACKAGE
-        shutil.rmtree(runtime, ignore_errors=True)
-        shutil.copytree(Path(__file__).resolve().parent, runtime, ignore=shutil.ignore_patterns("__pycache__"))
-        confined = work / "runtime" / "confine"  # the confinement modules it imports, and only those
-        shutil.rmtree(confined, ignore_errors=True)
-        confined.mkdir()
-        for name in confine.EXECUTOR_FILES:
-            shutil.copy(Path(confine.__file__).resolve().parent / name, confined / name)
-        copy = work / "submission"
-        shutil.rmtree(copy, ignore_errors=True)
-        copy.mkdir(parents=True)
-        source = Path(self.settings.submission)
-        shutil.copy2(source / "adapters.py", copy / "adapters.py")
-        shutil.copytree(source / "cs336_systems", copy / "cs336_systems", symlinks=False,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        if self.settings.transform is not None:
-            for path in copy.rglob("*.py"):
-                path.write_text(self.settings.transform(path.read_text(errors="replace")))
-        self._kernels = kernels_in_directory(copy)
-        # The runtime (kit code) is readable by all; the folder itself only traversable; the
-        # submission's copy and the executor's folders belong to its user alone, so that no other
-        # grade's executor on the host can read this student's code.
-        for path in [work, *work.rglob("*")]:
-            if path.is_symlink():
-                continue
-            public = path.is_relative_to(work / "runtime")
-            if path == work:
-                path.chmod(0o711)
-            elif public:
-                path.chmod(0o755 if path.is_dir() else 0o644)
-            else:
-                path.chmod(0o700 if path.is_dir() else 0o600)
-                if self.settings.uid is not None:
-                    os.chown(path, self.settings.uid, self.settings.gid)
-        self._prepared = True
-
-    def _env(self) -> dict[str, str]:
-        work = self.settings.workdir
-        env = {name: value for name, value in os.environ.items()
-               if name in _PASSED_ENV or name.startswith(_PASSED_PREFIXES)}
-        env.update({
-            "HOME": str(work / "home"), "TMPDIR": str(work / "tmp"), "USER": "executor", "LOGNAME": "executor",
-            "XDG_CACHE_HOME": str(work / "cache"), "TRITON_HOME": str(work / "home"),
-            "TRITON_CACHE_DIR": str(work / "cache" / "triton"),
-            "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
-            "MPLCONFIGDIR": str(work / "cache" / "matplotlib"), "PYTHONDONTWRITEBYTECODE": "1",
-        })
-        return env
-
-    def start(self, wait: bool = True) -> None:
-        """Start a fresh executor and wait until it answers (its start-up is never charged to a test);
-        ``wait=False`` only starts it, so that it imports torch while the harness does something else."""
-        if self.process is not None:
-            return
-        began = time.monotonic()
-        self._spawn()
-        if not wait:
-            return
-        try:
-            send_frame(self._to, {"op": "hello"})
-            reply = recv_frame(self._from, began + _START_TIMEOUT_S, 1 << 20)
-        except (Closed, BrokenPipeError, TimedOut, ProtocolError) as error:
-            raise self._fail(f"the process for the submission did not start ({type(error).__name__})") from None
-        if not isinstance(reply, dict) or "ok" not in reply:
-            raise self._fail("the process for the submission did not start (no greeting)")
-        self.greeting = reply["ok"] if isinstance(reply["ok"], dict) else {}
-        if self.budget is not None:  # start-up is never charged to a test
-            self.budget.exclude(time.monotonic() - began)
-            self.budget.rebase()
-            self.deadline = self.budget.wall_deadline()
 
     def _spawn(self) -> None:
-        if not self._prepared:
-            self._prepare()
-        work = self.settings.workdir
-        if self._caches_suspect:
-            self._caches_suspect = False
-            wipe_compile_caches(work / "cache")
-        to_read, self._to = os.pipe()
-        self._from, from_write = os.pipe()
-        log = open(os.open(work / "executor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
-        self._log_start = log.tell()  # what earlier executors printed is not this one's output
-        identity = [self.settings.uid, self.settings.gid]
-        try:
-            self.process = subprocess.Popen(
-                [self.settings.python, "-I", "-B", "-c", _BOOTSTRAP, str(work / "runtime"), str(work / "submission"),
-                 str(to_read), str(from_write), json.dumps(self.settings.limits), json.dumps(identity)],
-                cwd=work / "home", env=self._env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(to_read, from_write), start_new_session=True, umask=0o077,
-            )
-        finally:
-            log.close()
-            os.close(to_read)
-            os.close(from_write)
-        self.generation += 1
-        self._released_handles.clear()
+        super()._spawn()
+        self._released_handles.clear()  # the objects and graphs they name died with the last process
         self._released_graphs.clear()
-
-    def stop(self) -> None:
-        """Kill the executor and everything it started."""
-        if self.process is None:
-            return
-        if self.budget is not None:
-            self.budget.cpu()  # what it used so far stays charged to the test after a restart
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.process.wait()
-        for fd in (self._to, self._from):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.process = None
-
-    def _fail(self, what: str, died: bool = False) -> ExecutorFailure:
-        """Stop the executor and remember why. ``died``: it closed its pipe, so wait briefly for its
-        exit status; otherwise (a hang) first ask it to print where each of its threads is."""
-        status = None
-        if died and self.process is not None:
-            try:
-                status = self.process.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                status = None
-        elif self.process is not None and self.process.poll() is None:
-            try:
-                os.kill(self.process.pid, signal.SIGUSR1)  # faulthandler in the executor prints its stacks
-                self.process.wait(timeout=0.3)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.stop()
-        message = what
-        if status is not None:
-            message += " " + self._describe_exit(status)
-        tail = self.log_tail()
-        if tail:
-            message += "; its last output:\n" + tail
-        self.failure = message
-        self._caches_suspect = True  # it may have died while writing a compiled kernel
-        return ExecutorFailure(message)
-
-    def _describe_exit(self, status: int) -> str:
-        if status >= 0:
-            return f"(the process exited with status {status}: the code called sys.exit or os._exit, or Python aborted)"
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        limit = _LIMIT_NAMES.get(name)
-        if limit:
-            return f"(the process was killed by {name}: it went past {_describe_limit(limit, self.settings.limits.get(limit))})"
-        hint = {"SIGSEGV": "a segmentation fault", "SIGKILL": "killed, often for using too much memory",
-                "SIGABRT": "aborted", "SIGBUS": "a bus error", "SIGFPE": "an arithmetic error"}.get(name, name)
-        return f"(the process died with {name}: {hint})"
-
-    def log_tail(self, lines: int = 15) -> str:
-        path = self.settings.workdir / "executor.log"
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(max(self._log_start, path.stat().st_size - 16384))
-                text = handle.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.rstrip().splitlines()[-lines:])
 
     # -- tests ---------------------------------------------------------------------------
 
@@ -375,11 +148,10 @@ class Executor:
         if type(graph) is not dict or type(graph.get("id")) is not int:
             raise ProtocolError("a malformed graph record")
         inputs = [t for t in self._inputs if t.requires_grad]
-        link = _GraphLink(self, graph["id"], self.generation, len(inputs), self._tag)
         if not inputs or not torch.is_grad_enabled():
             weakref.finalize(tensor, self._released_graphs.append, graph["id"])
             return tensor
-        output = _ExecutorGraph.apply(link, [tensor], *inputs)
+        output = stand_in_graph(self, tensor, graph["id"], inputs)
         weakref.finalize(output, self._released_graphs.append, graph["id"])
         return output
 
@@ -450,7 +222,7 @@ class Executor:
         finally:
             self._tag = None
         if tag == "triton" and message.get("op") in ("call", "probe") and _holds_tensor(value):
-            provenance.check_triton_call(self.triton_provenance(), self._kernels or {}, launches, reply.get("aten"))
+            provenance.check_triton_call(self.triton_provenance(), self.kernels or {}, launches, reply.get("aten"))
         return value
 
     _tag: str | None = None
@@ -458,7 +230,7 @@ class Executor:
     def _wait_until(self) -> float:
         if self.budget is not None:
             return self.budget.wall_deadline()
-        return time.monotonic() + _START_TIMEOUT_S * 10
+        return time.monotonic() + START_TIMEOUT_S * 10
 
     def _await_reply(self) -> None:
         """Return once the executor has started to answer; raise TimedOut when the test's budget
@@ -559,7 +331,7 @@ class Executor:
     def getattr(self, target: int, name: str, tag: str | None) -> Any:
         return self.request({"op": "getattr", "target": target, "name": name}, tag)
 
-    def saved_tensors(self, link: _GraphLink) -> tuple[torch.Tensor, ...]:
+    def saved_tensors(self, link: GraphLink) -> tuple[torch.Tensor, ...]:
         """Copies of what the executor's graph node behind ``link`` saved for its backward."""
         if link.generation != self.generation:
             raise ExecutorFailure("the submission's process was restarted since this output was computed")
@@ -568,7 +340,7 @@ class Executor:
             raise ExecutorFailure("the submission's process sent saved tensors that are not tensors")
         return tuple(saved)
 
-    def backward(self, link: _GraphLink, grad: torch.Tensor) -> list:
+    def backward(self, link: GraphLink, grad: torch.Tensor) -> list:
         if link.generation != self.generation:
             raise ExecutorFailure("the submission's process was restarted since this output was computed")
         self._inputs = []
@@ -579,14 +351,6 @@ class Executor:
         return grads
 
 
-def recorded_launches(obj: Any) -> list[tuple[str, str]] | None:
-    """The launches of the submission's ``@triton.jit`` kernels recorded so far in this test by
-    the executor that holds ``obj`` (a copy), or None when ``obj`` lives in this process."""
-    if isinstance(obj, RemoteObject):
-        return list(obj._executor.launches)
-    return None
-
-
 def _holds_tensor(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return True
@@ -595,18 +359,6 @@ def _holds_tensor(value: Any) -> bool:
     if isinstance(value, dict):
         return any(_holds_tensor(v) for v in value.values())
     return False
-
-
-COMPILE_CACHES = ("inductor", "triton", "torch")
-
-
-def wipe_compile_caches(cache: Path) -> None:
-    """Empty the torch.compile and Triton caches under ``cache``. Called before an executor starts
-    in place of one that was killed or died: a process killed while compiling can leave a
-    half-written file there (inductor writes its shared libraries in place), which the next one
-    would load ("file too short"). The next process recompiles instead."""
-    for name in COMPILE_CACHES:
-        shutil.rmtree(cache / name, ignore_errors=True)
 
 
 def _triton_failure(error: Any) -> bool:
@@ -640,105 +392,10 @@ def _stand_in(error: Any, limits: dict[str, int | None] | None = None) -> BaseEx
         except Exception:  # noqa: BLE001  classes whose constructor wants other arguments
             stand_in = RuntimeError(message)
         if isinstance(stand_in, MemoryError) or "MemoryError" in kind:
-            limit = _describe_limit("as_bytes", (limits or {}).get("as_bytes"))
+            limit = describe_limit("as_bytes", (limits or {}).get("as_bytes"))
             stand_in.add_note("The submission ran out of memory" + (f": it went past {limit} that the grader "
                               "gives the process running it" if limit else "") + ".")
     trace = str(error.get("traceback", ""))
     if trace:
         stand_in.add_note(f"raised in the submission's process ({kind}):\n{trace.rstrip()}")
     return stand_in
-
-
-@dataclass(frozen=True)
-class _GraphLink:
-    executor: Executor
-    graph_id: int
-    generation: int
-    n_inputs: int
-    tag: str | None
-
-
-def saved_tensors(output: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-    """What the submission's forward saved for ``output``'s backward, if ``output`` came from the executor; else None."""
-    link = getattr(output.grad_fn, "link", None)
-    if not isinstance(link, _GraphLink):
-        return None
-    return link.executor.saved_tensors(link)
-
-
-class _ExecutorGraph(torch.autograd.Function):
-    """A stand-in node: its backward asks the executor for the gradients of the real graph."""
-
-    @staticmethod
-    def forward(ctx, link: _GraphLink, box: list, *inputs):
-        ctx.link = link
-        return box[0]
-
-    @staticmethod
-    def backward(ctx, grad):
-        grads = ctx.link.executor.backward(ctx.link, grad)
-        return (None, None, *grads)
-
-
-class RemoteObject:
-    """An object that stays in the executor: attributes and calls go there and come back as copies."""
-
-    __slots__ = ("_executor", "_id", "_info", "_generation", "_tag", "__weakref__")
-
-    def __init__(self, executor: Executor, handle: int, info: dict, tag: str | None = None):
-        object.__setattr__(self, "_executor", executor)
-        object.__setattr__(self, "_id", handle)
-        object.__setattr__(self, "_info", info)
-        object.__setattr__(self, "_generation", executor.generation)
-        object.__setattr__(self, "_tag", tag or executor._tag)
-        weakref.finalize(self, executor._released_handles.append, handle)
-
-    def _check(self, executor: Executor) -> None:
-        if executor is not self._executor or self._generation != executor.generation:
-            raise ExecutorFailure(f"{self!r} belongs to a process of the submission that has since been restarted; "
-                                  "get it again from adapters")
-
-    @property
-    def __name__(self) -> str:
-        return self._info.get("name") or self._info.get("type", "object").rsplit(".", 1)[-1]
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        self._check(self._executor)
-        return self._executor.getattr(self._id, name, self._tag)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"cannot set {name!r} on an object of the submission's process")
-
-    def __call__(self, *args, **kwargs) -> Any:
-        self._check(self._executor)
-        return self._executor.call(self._id, None, args, kwargs, self._tag)
-
-    def __repr__(self) -> str:
-        return f"<{self._info.get('type')} {self._info.get('name') or ''} in the submission's process>"
-
-
-class RemoteAdapters:
-    """The submission's ``adapters`` module, as seen from the harness: ``adapters.<name>(...)`` runs there."""
-
-    TRITON_ADAPTERS = frozenset({"get_flashattention_autograd_function_triton"})
-
-    def __init__(self, executor: Executor):
-        self._executor = executor
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        executor = self._executor
-        tag = "triton" if name in self.TRITON_ADAPTERS else None
-
-        def call_adapter(*args, **kwargs):
-            return executor.call(name, None, args, kwargs, tag)
-
-        call_adapter.__name__ = name
-        return call_adapter
-
-    def probe(self, name: str, *args, tag: str | None = None, **kwargs) -> Any:
-        """Run the kit's probe ``name`` (see tests/executor/probes/) next to the submission."""
-        return self._executor.probe(name, *args, tag=tag, **kwargs)

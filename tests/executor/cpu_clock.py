@@ -1,6 +1,6 @@
 """How much time a test is charged: the CPU time its processes used, not the wall clock of a shared machine.
 
-Read by tests/executor/client.py (the executor's share of a test's limit) and by the grader's
+Read by tests/executor/client.py and process.py (the executor's share of a test's limit) and by the grader's
 watchdog (over the whole test process). On a machine that other
 work keeps busy, a test's wall time stretches while the CPU time it needs does not; a test that
 runs several processes or threads at once uses CPU time faster than the clock. A ``Budget``

@@ -1,6 +1,6 @@
 """The executor's main loop: import the submission, then run what the harness asks, one request at a time.
 
-Started by ``client.py`` as ``python -I -B -c <bootstrap> RUNTIME SUBMISSION IN_FD OUT_FD LIMITS``
+Started by ``process.py`` as ``python -I -B -c <bootstrap> RUNTIME SUBMISSION IN_FD OUT_FD LIMITS``
 (RUNTIME is the executor's folder, holding this package's copy and ``confine``'s; the bootstrap
 has already entered ``confine.identity``). Before any student code exists it hardens the process
 (``confine.identity.harden``), applies the resource limits (``confine.limits``), and installs the Triton

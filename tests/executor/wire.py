@@ -1,6 +1,6 @@
 """What crosses between the harness and the executor: values and their encoding.
 
-Read by both sides (``client.py`` in the harness, ``server.py`` in the executor). Each message
+Read by both sides (``client.py`` and ``process.py`` in the harness, ``server.py`` in the executor). Each message
 is one frame of ``confine/frames.py`` (the one length-prefixed frame reader, with its size limit
 and deadline) whose payload is a ``torch.save`` of plain data: None, bool, int, float, str,
 bytes, lists of them, str-keyed dicts of them, and CPU tensors. The harness reads payloads
