@@ -12,7 +12,7 @@ front door. The steps:
 3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
    chains of processes at a time, with test files packed into chains by their expected
    durations (autograder/schedule.py);
-4. share each problem's points among its tests (autograder/results.py), write
+4. share each problem's points among its tests (autograder/scoring.py), write
    ``results.json`` whatever happened, and print a per-problem table.
 """
 
@@ -33,19 +33,13 @@ from confine import uid_pool
 from autograder.cpus import usable_cpus
 from autograder.manifest import Manifest, load_manifest
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
-from autograder.results import (
-    collect_tests,
-    format_table,
-    hidden_text,
-    rejected_tests,
-    results_json,
-    shown_nodeid,
-    slowest_line,
-    write_results,
-)
+from autograder.redaction import hidden_text, shown_nodeid
+from autograder.results import results_json, slowest_line, write_results
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
 from autograder.sandbox import SandboxReport, SubmissionRejected, build_sandbox
 from autograder.schedule import DurationsError, load_durations, plan_chains
+from autograder.score_table import format_table
+from autograder.scoring import collect_tests, rejected_tests
 from autograder.zygote import Zygote
 from tests import gpus
 from tests.submission import SubmissionNotFound, kit_link_roots

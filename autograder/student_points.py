@@ -2,7 +2,7 @@
 
 Read by the release builder, which writes the result as ``tests/points.toml`` in the student
 tree, and by tests/score.py in the kit itself (where no such file exists). The points come from
-the manifest through the grader's own arithmetic (``results.collect_tests``): a problem's points
+the manifest through the grader's own arithmetic (``scoring.collect_tests``): a problem's points
 are shared by all of its tests, visible and hidden, by weight. So the test list is collected here
 as the grader collects it, hidden tests included, in a subprocess (collection imports torch and
 the test modules). What is written holds only problem names, sections and points, and for each
@@ -42,7 +42,7 @@ def _priced(kit: Path):
     """(every test, visible and hidden, with its max_score; {node id: needs a GPU}; the problems)."""
     from autograder.grade import SUITE_DIRS, _test_files
     from autograder.manifest import load_manifest
-    from autograder.results import collect_tests
+    from autograder.scoring import collect_tests
     from autograder.runner import SuiteRun, Verdict
 
     manifest = load_manifest(kit / "autograder" / "manifest.toml")

@@ -24,7 +24,8 @@ import pytest
 from autograder import grade as grade_module
 from autograder.batch.executors import local_devices
 from autograder.manifest import load_manifest
-from autograder.results import GradedTest, results_json
+from autograder.results import results_json
+from autograder.scoring import GradedTest
 from autograder.runner import Verdict, _outcome
 from tests import gpus
 from tests.gpu_marker import SKIP_REASON, gpus_needed, skip_reason

@@ -5,7 +5,7 @@ writes them), and never the hidden seed (the digits of ``seed=``, or the number 
 the secret, the case labels, the hidden tests' docstrings or source lines, or a traceback.
 One test grades the attack hidden_seed_in_message (wrong FlashAttention output, so the
 harness's own messages name the seed) on four hidden tests with a secret of its own; the others
-feed results.py messages that carry everything a leak could.
+feed redaction.py and results.py messages that carry everything a leak could.
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ import pytest
 import torch
 
 from autograder.manifest import load_manifest
-from autograder.results import (
-    HIDDEN_TESTS,
-    GradedTest,
-    hidden_text,
-    redact_hidden,
-    results_json,
-    shown_nodeid,
-)
+from autograder.redaction import HIDDEN_TESTS, hidden_text, redact_hidden, shown_nodeid
+from autograder.results import results_json
 from autograder.runner import Verdict
+from autograder.scoring import GradedTest
 from autograder.selftests.gradescope_schema import problems_with
 
 SECRET = "selftest-secret-7d41c0aa9e"
@@ -184,7 +179,7 @@ def test_hidden_parametrize_ids_are_shown_only_when_plain(param, kept):
 
 
 def test_the_grader_knows_every_hidden_seed(monkeypatch):
-    """results.py recomputes hidden_seed from the hidden tests' source; it must agree with it."""
+    """redaction.py recomputes hidden_seed from the hidden tests' source; it must agree with it."""
     constant = [label for label in _labels(fill=()) if label]
     in_use = [f"{kind}-{implementation}" for kind in ("b-causal", "b-sum", "b-repeat", "b-large")
               for implementation in ("pytorch", "triton")]

@@ -4,7 +4,7 @@ fewer parameters than ranks carry at least 25%.
 
 Staff only. Points of a problem are shared among its tests (visible and hidden, GPU ones too) in
 proportion to the weights of autograder/manifest.toml (``weights`` patterns, 1 by default);
-autograder/results.py applies them. This collects every test of the FlashAttention-2 problems
+autograder/scoring.py applies them. This collects every test of the FlashAttention-2 problems
 and adds up the shares: "validation" tests are the bad-input ones; "correctness" tests compare
 outputs or gradients with the truth (all others but the saved-tensor structure checks).
 """

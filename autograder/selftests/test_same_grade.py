@@ -3,7 +3,7 @@
 Read by staff changing how examples are drawn (tests/example_seeds.py), how time is charged
 (tests/executor/cpu_clock.py, autograder/runner.py), how many chains a grade runs
 (autograder/cpus.py ``usable_cpus``), what survives from one test to the next
-(tests/executor/client.py, process.py), what a failure says (tests/flash_cases.py, autograder/results.py) and
+(tests/executor/client.py, process.py), what a failure says (tests/flash_cases.py, autograder/redaction.py) and
 what a bad-input test credits (tests/flash_bad_inputs.py). Every check runs on a CPU.
 """
 
@@ -319,7 +319,7 @@ def test_large_logit_hidden_checks_explain_a_refusal(monkeypatch):
 
 
 def test_hidden_output_keeps_the_students_frames_and_drops_the_kits():
-    from autograder.results import hidden_text, redact_hidden
+    from autograder.redaction import hidden_text, redact_hidden
 
     message = ("AssertionError\nraised in the submission's process (builtins.AssertionError):\n" + _ASSERT_TRACE
                + '  File "/autograder/source/autograder/hidden_tests/test_flash_backward_hidden.py", line 43, in t\n'

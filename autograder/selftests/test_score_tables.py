@@ -1,4 +1,4 @@
-"""The score tables stay aligned whatever the problem names: the grader's (autograder/results.py)
+"""The score tables stay aligned whatever the problem names: the grader's (autograder/score_table.py)
 and the student's local one (tests/score.py), which share a layout.
 
 The manifest's longest names (``mixed_precision_accumulation``, 28 characters) are longer than the
@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from autograder.manifest import Problem, load_manifest
-from autograder.results import GradedTest, format_table
+from autograder.score_table import format_table
+from autograder.scoring import GradedTest
 from autograder.runner import Verdict
 from tests.score import Outcome, format_table as score_table
 
