@@ -13,6 +13,7 @@ Module map (one concept per file):
 * ``kernels``     profiler-based checks: library attention, the submission's own Triton kernels
 * ``detectors``   the remaining cheat checks, each a small function that raises ``Refusal``
 * ``worker``      runs one submission in its own process: every check, then the timing
+* ``machine``     what a record was measured on: the GPU and the software versions
 * ``confine``     the worker's first act: drop to the sandbox uid, no new privileges
 * ``sandbox``     the parent's side of isolation: uid leases, the sandbox directory, the environment
 * ``protocol``    the pipe from the worker to the parent: framed JSON and raw tensor bytes

@@ -224,7 +224,7 @@ def run_submission(
 def judgement_record(judgement, run) -> dict:
     """The record's fields from a judgement: the parent's environment, the problem, the seed,
     refusals, checks and whatever the judgement measured; ``accepted`` when nothing refused."""
-    from leaderboard.worker import environment
+    from leaderboard.machine import environment
 
     return {
         "mode": run.mode,

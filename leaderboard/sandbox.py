@@ -50,6 +50,7 @@ WORKER_MODULES = (
     "leaderboard/gate.py",
     "leaderboard/harness.py",
     "leaderboard/kernels.py",
+    "leaderboard/machine.py",
     "leaderboard/protocol.py",
     "leaderboard/trusted.py",
     "leaderboard/worker.py",

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from leaderboard.machine import environment
 from tests import gpus
 
 MODES = ("official", "quick", "dry-run")
@@ -428,21 +428,6 @@ def summarize(events) -> list[list]:
         row[2] += e.duration_us
         row[3] += 1
     return list(rows.values())
-
-
-def environment() -> dict:
-    import torch
-    import triton
-
-    present = gpus.names()
-    gpu = present[0] if present else "none (CPU)"
-    return {
-        "gpu": gpu,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
