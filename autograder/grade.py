@@ -45,7 +45,7 @@ from tests import gpus
 from tests.submission import SubmissionNotFound, kit_link_roots
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
-STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("autograder") / "fixtures", Path("reference"))
+STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("reference"))
 # Per executor (the process that runs the submission), set so that the reference passes with room
 # to spare: measured peaks are in autograder/README.md. The address-space limit applies only where
 # CUDA is absent (CUDA reserves far more address space than it uses).

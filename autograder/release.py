@@ -8,8 +8,8 @@ the uid pool, the leaderboard's views and the threat model stay staff's), the ha
 scripts, a Linux container for machines where Triton does not install (``.devcontainer/``),
 a student README and pyproject (whose ``pytest`` runs ``tests/`` with short tracebacks), and ``tests/points.toml``, what each visible test is worth for the local score
 ``python -m tests.score`` (autograder/student_points.py; no hidden test is named). It never
-holds ``reference/``, ``autograder/`` (hidden tests, grader, fixtures) or ``leaderboard/``
-(whose cheat fixtures would teach cheating); autograder/selftests/test_release.py proves it
+holds ``reference/``, ``autograder/`` (hidden tests, grader), ``fixtures/`` (mutants, attacks and
+cheats, which would teach cheating) or ``leaderboard/``; autograder/selftests/test_release.py proves it
 by path and by content.
 """
 
@@ -30,7 +30,7 @@ RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "constraints-gp
             ".devcontainer", ".dockerignore")  # the Linux container for students whose OS has no Triton
 # Folders of which students get only the files named: the rest is staff's.
 RELEASED_IN_PART = {"confine": EXECUTOR_FILES}
-NEVER_RELEASED = ("reference", "autograder", "leaderboard", ".git", ".venv", ".ci")
+NEVER_RELEASED = ("reference", "autograder", "fixtures", "leaderboard", ".git", ".venv", ".ci")
 SETUP_CUT_MARKER = "# --- kit only below"
 _SKIPPED_NAMES = ("__pycache__", ".pytest_cache", ".hypothesis", "*.pyc", "*.egg-info", ".DS_Store")
 _GITIGNORE = """.venv/
@@ -133,11 +133,11 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
     return out
 
 
-# Names of what only staff have: the points manifest, the mutant catalog, the GPU acceptance runs
+# Names of what only staff have: the points manifest, the fixtures (mutants, attacks, cheats), the GPU acceptance runs
 # and their records, the solution, the grader, the leaderboard's code and confine's staff-only
 # files (the threat model, which names the attack fixtures, and the uid pool). Student-facing text must not send a
 # student looking for them.
-STAFF_ONLY_NAMES = re.compile(r"\bmanifest\b|catalog\.py|mutant catalog|gpu_checks|\brecords/|\breference/|\bautograder/"
+STAFF_ONLY_NAMES = re.compile(r"\bmanifest\b|\bfixtures/|mutant catalog|gpu_checks|\brecords/|\breference/|\bautograder/"
                               r"|\bautograder\.[a-z_]|\bleaderboard/|THREAT_MODEL|\buid_pool\b", re.IGNORECASE)
 # Kit-only code paths that a released file may keep (they are never taken in the release).
 _KIT_ONLY_CODE = re.compile(r'autograder\.student_points import|ROOT / "autograder" / "student_points\.py"')

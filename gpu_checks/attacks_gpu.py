@@ -4,7 +4,7 @@ Run from the repo root as root: ``python3 gpu_checks/attacks_gpu.py OUTDIR [NAME
 attacks on Triton and torch.compile credit (``GPU_ATTACKS``: on a GPU the tests run the compiled,
 bf16 and large cases too) and the leaderboard's ``cheat_flex_attention`` (a "Triton" Function that
 is FlexAttention, whose inductor kernels are named ``triton_*``). Each is graded on the problems
-its ATTACK.toml names; its attacked tests must earn nothing and its control problems keep every
+its FIXTURE.toml names; its attacked tests must earn nothing and its control problems keep every
 point. Prints one line per submission and exits 1 if a verdict is wrong.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT))
 
-from autograder.fixtures.attacks.catalog import materialize  # noqa: E402
+from fixtures import materialize  # noqa: E402
 from autograder.grade import GradeOptions, grade  # noqa: E402
 
 
@@ -43,15 +43,16 @@ def _verdict(results: dict, attacked: list[str], patterns: list[str], control: l
 
 def main(out: Path, only: list[str] | None = None) -> int:
     """Grade each attack (only those named in ``only``, when given) and print its verdict."""
-    from autograder.fixtures.attacks.catalog import ATTACKS
+    from fixtures.attacks import ATTACKS
 
     root = Path(tempfile.mkdtemp(prefix="gpu-attacks-"))
     root.chmod(0o755)
-    flex = root / "cheat_flex_attention"
-    shutil.copytree(KIT / "leaderboard" / "fixtures" / "cheat_flex_attention", flex, symlinks=False)
+    from fixtures import leaderboard
+
+    flex = materialize(leaderboard.get("cheat_flex_attention"), root / "cheat_flex_attention")
     by_name = {attack.name: attack for attack in ATTACKS}
-    cases = [(name, materialize(name, root / name), list(by_name[name].attacked), list(by_name[name].attacked_tests),
-              list(by_name[name].partly_attacked), list(by_name[name].control)) for name in GPU_ATTACKS]
+    cases = [(name, materialize(by_name[name], root / name), list(by_name[name].verdict.attacked), list(by_name[name].verdict.attacked_tests),
+              list(by_name[name].verdict.partly_attacked), list(by_name[name].verdict.control)) for name in GPU_ATTACKS]
     cases.append(("cheat_flex_attention", flex, ["flash_forward_triton"], [], [], []))
     cases = [case for case in cases if not only or case[0] in only]
     failed = False

@@ -24,7 +24,8 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT))
 
-from autograder.fixtures.mutants.catalog import materialize_distributed  # noqa: E402
+from fixtures import materialize  # noqa: E402
+from fixtures.mutants import get  # noqa: E402
 from tests import parallel_checks as checks  # noqa: E402
 from tests.executor.probes import find  # noqa: E402
 
@@ -43,9 +44,9 @@ def overlap_row(name: str, kernels: list) -> str:
 def main(out: Path, world_size: int = 2) -> int:
     root = Path(tempfile.mkdtemp(prefix="parallel-profile-"))
     submissions = {"reference": KIT / "reference",
-                   "ddp_all_reduce_at_the_end": materialize_distributed("ddp_all_reduce_at_the_end", root),
+                   "ddp_all_reduce_at_the_end": materialize(get("ddp_all_reduce_at_the_end"), root / "ddp_all_reduce_at_the_end"),
                    "fsdp_keeps_full_weights_after_forward":
-                       materialize_distributed("fsdp_keeps_full_weights_after_forward", root)}
+                       materialize(get("fsdp_keeps_full_weights_after_forward"), root / "fsdp_keeps_full_weights_after_forward")}
     settings = checks.PROFILE_SETTINGS
     lines = [f"## DDP overlap in the GPU profile ({settings['layers']} x Linear({settings['width']}, "
              f"{settings['width']}), {settings['rows']} rows a rank, {world_size} rank(s), rank 0)", "",

@@ -8,7 +8,7 @@
 # Two GPUs also: `parallel-profile` (gpu_checks/parallel_profile.py: DDP overlap in the profiler's
 # timeline, FSDP memory, for the reference and the mutants those tests catch) and `parallel-mutants`
 # (every part-2 mutant, its NCCL tests included). `fairness` grades the fairness fixtures
-# (autograder/fixtures/fairness) on the GPU; `fp16-mutants` runs the 16-bit accumulator mutants.
+# (fixtures/fairness) on the GPU; `fp16-mutants` runs the 16-bit accumulator mutants.
 # With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
 # grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
@@ -53,7 +53,7 @@ for step in "${steps[@]}"; do
                    --out "$logdir/grade" ;;
         tolerances) run_step tolerances python3 -m autograder.tools.measure_tolerances \
                    --submission reference --submission emulated \
-                   --submission autograder/fixtures/mutants/base --cases 100 ;;
+                   --submission fixtures/mutants/base --cases 100 ;;
         benchmark) run_step benchmark python3 benchmarks/flash_attention_benchmark.py --quick \
                    --out "$logdir/benchmark" ;;
         tolerances-bf16) run_step tolerances-bf16 python3 -m autograder.tools.measure_tolerances \

@@ -22,5 +22,6 @@ Module map (one concept per file):
 * ``store``       the results store (JSON lines)
 * ``table``       the ranking as Markdown and as a PNG bar chart
 * ``selftest``    the acceptance run: the reference, the honest slow fixture, every cheat
-* ``fixtures``    submissions used to test the leaderboard itself
+
+The submissions that test it are the kit's ``fixtures/leaderboard`` and ``fixtures/training_step``.
 """

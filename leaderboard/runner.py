@@ -37,8 +37,8 @@ from leaderboard.store import ROOT, append_record
 BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from leaderboard.worker import main; sys.exit(main())"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Where a submission's symbolic links may point besides into itself: the kit's own student files
-# (the reference links to them) and the kernel the leaderboard's fixtures share.
-LINK_ROOTS = (*kit_link_roots(ROOT), ROOT / "leaderboard" / "fixtures")
+# (the reference links to them). The fixtures are run materialized, their links resolved.
+LINK_ROOTS = tuple(kit_link_roots(ROOT))
 
 
 def submission_files(directory: Path) -> dict[str, bytes]:

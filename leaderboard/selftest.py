@@ -7,7 +7,7 @@ Staff run this on the leaderboard GPU after changing the leaderboard or the refe
 
 It passes when the reference is accepted (timed three times in one run, with a spread of at
 most ``MAX_REFERENCE_SPREAD_PCT`` between the three medians), the honest slow fixture is
-accepted, and every cheat fixture is refused with the reasons ``fixtures.FIXTURES`` lists.
+accepted, and every cheat fixture is refused with the reasons its ``[verdict]`` lists (fixtures/leaderboard).
 Records, ``summary.md`` (written by the batches' one summary writer, autograder/batch/driver.py:
 counts, wall time, the slowest entries, those not as expected, then a table of every entry) and
 the table go to ``records/leaderboard/selftest/``, which git ignores (or ``--out``); a run worth
@@ -16,6 +16,7 @@ keeping is copied into a dated folder of records/.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,7 +24,8 @@ from pathlib import Path
 
 from autograder.batch.driver import Tally, summary_lines, write_summary
 from leaderboard.batch import code_version
-from leaderboard.fixtures import FIXTURES
+from fixtures import Fixture, materialize
+from fixtures.leaderboard import FIXTURES
 from leaderboard.runner import describe, run_submission
 from leaderboard.sandbox import is_root
 from leaderboard.store import ROOT, STORE_DIR, read_records
@@ -39,7 +41,7 @@ class Entry:
     """One run of the self-test and what it must give (empty ``expected``: accepted)."""
 
     name: str
-    path: Path
+    source: Path | Fixture  # the reference's folder, or a fixture, materialized for its run
     mode: str
     repeats: int
     expected: tuple[str, ...]
@@ -50,14 +52,14 @@ def plan(dry_run: bool, only: list[str] | None = None, isolated: bool = True) ->
     Without isolation the attack fixtures are left out: they would succeed."""
     entries = [Entry("reference", ROOT / "reference", "dry-run" if dry_run else "official", 1 if dry_run else REFERENCE_REPEATS, ())]
     for f in FIXTURES:
-        if f.attack and not isolated:
+        if f.verdict.attack and not isolated:
             continue
         if dry_run:
-            if f.cpu_refusals is None:
+            if f.verdict.cpu_refusals is None:
                 continue
-            entries.append(Entry(f.name, f.path, "dry-run", 1, f.cpu_refusals))
+            entries.append(Entry(f.name, f, "dry-run", 1, f.verdict.cpu_refusals))
         else:
-            entries.append(Entry(f.name, f.path, "quick" if f.quick else "official", 1, f.gpu_refusals))
+            entries.append(Entry(f.name, f, "quick" if f.verdict.quick else "official", 1, f.verdict.gpu_refusals))
     if only:
         unknown = set(only) - {e.name for e in entries}
         if unknown:
@@ -102,14 +104,16 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
     started = time.monotonic()
     rows = []
     entries = plan(dry_run, only, isolated=not unisolated or is_root())
-    for number, entry in enumerate(entries, start=1):
-        print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
-              f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
-        began = time.monotonic()
-        record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store, unisolated=unisolated)
-        print(describe(record), flush=True)
-        ok, note = judge(entry, record)
-        rows.append((entry, record, ok, note, time.monotonic() - began))
+    with tempfile.TemporaryDirectory(prefix="leaderboard-selftest-") as scratch:  # the fixtures, materialized
+        for number, entry in enumerate(entries, start=1):
+            print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
+                  f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
+            began = time.monotonic()
+            path = materialize(entry.source, Path(scratch) / entry.name) if isinstance(entry.source, Fixture) else entry.source
+            record = run_submission(path, entry.name, entry.mode, entry.repeats, store=store, unisolated=unisolated)
+            print(describe(record), flush=True)
+            ok, note = judge(entry, record)
+            rows.append((entry, record, ok, note, time.monotonic() - began))
 
     env = rows[0][1].get("environment", {}) if rows else {}
     tally = Tally(total=len(rows), done=sum(ok for _, _, ok, _, _ in rows),

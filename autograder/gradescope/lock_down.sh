@@ -14,7 +14,7 @@ cd "$KIT"
 chmod -R a+rX .venv
 find autograder/hidden_tests -type d -exec chmod 711 {} +
 find autograder/hidden_tests -type f -exec chmod 600 {} +
-for folder in results reference autograder/fixtures autograder/selftests autograder/tools autograder/peer_checks \
+for folder in results reference fixtures autograder/selftests autograder/tools autograder/peer_checks \
               gpu_checks records benchmarks; do
     if [ -e "$folder" ]; then chmod -R go-rwx "$folder"; fi
 done

@@ -16,8 +16,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from autograder.fixtures.attacks.catalog import materialize as materialize_attack
-from autograder.fixtures.mutants.catalog import materialize as materialize_mutant
+from fixtures import attacks, materialize, mutants
 
 KIT = Path(__file__).resolve().parents[2]
 EXPORT_DIR = "assignment_7354021_export"
@@ -54,9 +53,9 @@ def _fill(kind: str, dest: Path, scratch: Path) -> None:
         shutil.copy(KIT / "adapters.py", dest / "adapters.py")
         shutil.copytree(KIT / "cs336_systems", dest / "cs336_systems", ignore=shutil.ignore_patterns("__pycache__"))
     elif kind.startswith("mutant:"):
-        shutil.copytree(materialize_mutant(kind.split(":", 1)[1], scratch), dest)
+        materialize(mutants.get(kind.split(":", 1)[1]), dest)
     elif kind.startswith("attack:"):
-        shutil.copytree(materialize_attack(kind.split(":", 1)[1], scratch / kind.split(":", 1)[1]), dest)
+        materialize(attacks.get(kind.split(":", 1)[1]), dest)
     elif kind == "corrupt_zip":
         dest.mkdir(parents=True)
         good = scratch / "good.zip"

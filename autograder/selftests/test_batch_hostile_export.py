@@ -1,4 +1,4 @@
-"""The hostile export (autograder/fixtures/attacks/hostile_export) against ``autograder batch``.
+"""The hostile export (fixtures/attacks/hostile_export) against ``autograder batch``.
 
 An export's ids become folders under ``--out`` and its names reach a spreadsheet. The batch must
 refuse ids that are not plain folder names and exports holding links, naming each, before it
@@ -18,7 +18,7 @@ import pytest
 
 from autograder.batch.export import ExportError, plain_id, read_export
 from autograder.batch.report import FORMULA_STARTS, spreadsheet_safe
-from autograder.fixtures.attacks.exports import HONEST_ID, build, load
+from fixtures.attacks.exports import HONEST_ID, build, load
 
 KIT = Path(__file__).resolve().parents[2]
 ATTACK = load()

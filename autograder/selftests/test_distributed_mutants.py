@@ -1,11 +1,11 @@
 """The hidden part-2 tests catch every data-parallel mutant of the catalog.
 
 Staff only (part of the kit's self-check). Each mutant of
-``autograder.fixtures.mutants.catalog.DISTRIBUTED_MUTANTS`` is a copy of reference/ with one
+``fixtures.mutants.DISTRIBUTED_MUTANTS`` is a copy of reference/ with one
 realistic mistake (a missing division, no broadcast, an all-reduce at the end instead of
 overlapped, a bucket boundary off by one, an optimizer that never broadcasts, FSDP master
 weights in 16 bits, ...). Each runs its ``caught_by`` hidden tests in its own pytest process,
-two at a time (autograder/fixtures/mutants/run_jobs.py, forked from a warm parent on a CPU),
+two at a time (fixtures/mutants/run_jobs.py, forked from a warm parent on a CPU),
 and every one of those tests must fail. That the reference passes them is
 test_submission_contract.py's job. ``CS336_MUTANTS=name,name`` runs only those mutants (as in
 test_mutant_catalog.py); names of FlashAttention-2 mutants are ignored here.
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.mutants.catalog import DISTRIBUTED_MUTANTS, materialize_distributed
+from fixtures import materialize
+from fixtures.mutants import DISTRIBUTED_MUTANTS
 from autograder.manifest import load_manifest
 from autograder.selftests.test_mutant_catalog import ONLY, _outcomes
 from tests import gpus
@@ -37,11 +38,11 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     root = tmp_path_factory.mktemp("distributed_mutants")
     jobs = []
     for mutant in CHOSEN:
-        jobs.append({"name": mutant.name, "submission": str(materialize_distributed(mutant.name, root)),
+        jobs.append({"name": mutant.name, "submission": str(materialize(mutant, root / mutant.name)),
                      "targets": list(_targets(mutant)), "report": str(root / f"{mutant.name}.xml"),
                      "log": str(root / f"{mutant.name}.log")})
     (root / "jobs.json").write_text(json.dumps(jobs))
-    command = [sys.executable, "-m", "autograder.fixtures.mutants.run_jobs", str(root / "jobs.json"),
+    command = [sys.executable, "-m", "fixtures.mutants.run_jobs", str(root / "jobs.json"),
                "--workers", "2"] + ([] if gpus.count() else ["--fork"])
     env = {k: v for k, v in os.environ.items() if k != "CS336_SUBMISSION"}
     done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=900)
@@ -52,7 +53,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
 def _targets(mutant) -> tuple[str, ...]:
     """The tests ``mutant`` must fail here: its caught_by, and its NCCL tests where two GPUs are present."""
     two_gpus = gpus.count() >= 2
-    return mutant.caught_by + (mutant.caught_on_gpus_by if two_gpus else ())
+    return mutant.verdict.caught_by + (mutant.verdict.caught_on_gpus_by if two_gpus else ())
 
 
 def test_distributed_catalog_is_well_formed():
@@ -62,8 +63,8 @@ def test_distributed_catalog_is_well_formed():
     manifest = load_manifest()
     for mutant in DISTRIBUTED_MUTANTS:
         covered = {manifest.problem_of_file(node.split("::")[0].rsplit("/", 1)[-1]).name
-                   for node in mutant.caught_by + mutant.caught_on_gpus_by}
-        assert covered >= set(mutant.breaks), f"{mutant.name}: breaks {mutant.breaks}, caught_by covers {covered}"
+                   for node in mutant.verdict.caught_by + mutant.verdict.caught_on_gpus_by}
+        assert covered >= set(mutant.verdict.breaks), f"{mutant.name}: breaks {mutant.verdict.breaks}, caught_by covers {covered}"
 
 
 @pytest.mark.parametrize("mutant", DISTRIBUTED_MUTANTS, ids=[m.name for m in DISTRIBUTED_MUTANTS])
@@ -73,4 +74,4 @@ def test_distributed_mutant_fails_its_hidden_tests(mutant, runs):
     outcomes = runs[mutant.name]
     not_failed = {node: outcomes.get(node, "not run (no such test?)") for node in _targets(mutant)
                   if outcomes.get(node) != "failed"}
-    assert not not_failed, f"mutant {mutant.name} ({mutant.mistake}) was not caught by {not_failed}"
+    assert not not_failed, f"mutant {mutant.name} ({mutant.summary}) was not caught by {not_failed}"

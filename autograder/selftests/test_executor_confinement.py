@@ -1,6 +1,6 @@
 """What an executor can reach: the network, the host's ports and shared folders (root only).
 
-Each test runs a fixture of autograder/fixtures/attacks in a real executor under a leased user
+Each test runs a fixture of fixtures/attacks in a real executor under a leased user
 id, as the grader does, and checks from outside that it reached nothing: a listener this test
 starts on the host's loopback receives no byte, the host can still bind the rendezvous port the
 executor holds, and no file of the executor's user is left once its lease ends. Each also runs
@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from confine import uid_pool
-from autograder.fixtures.attacks.catalog import KIT, materialize
+from fixtures import KIT, materialize
+from fixtures.attacks import get
 from tests.executor.client import Executor
 from tests.executor.process import ExecutorSettings
 
@@ -105,7 +106,7 @@ def tmp_path():
 @pytest.fixture
 def egress_submission(tmp_path):
     listener = Listener()
-    submission = materialize("network_egress", tmp_path / "submission")
+    submission = materialize(get("network_egress"), tmp_path / "submission")
     (submission / "cs336_systems" / "egress.json").write_text(json.dumps({"port": listener.port}))
     for path in (tmp_path / "submission").rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -150,7 +151,7 @@ def _leftovers(uid: int) -> list[str]:
 
 
 def test_a_lease_ends_with_no_file_of_its_user_left(tmp_path):
-    submission = materialize("leftover_files", tmp_path / "submission")
+    submission = materialize(get("leftover_files"), tmp_path / "submission")
     for path in (tmp_path / "submission").rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     lease = uid_pool.lease()

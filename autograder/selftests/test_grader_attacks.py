@@ -1,4 +1,4 @@
-"""Every attack in autograder/fixtures/attacks gets the verdict its ATTACK.toml states.
+"""Every attack in fixtures/attacks gets the verdict its FIXTURE.toml states.
 
 Each attack is graded once (two at a time, on the problems it names only), and every check
 below reads those reports: a valid results.json, 0 on every attacked test, full marks on the
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.attacks.catalog import ATTACKS, KIT, materialize
+from fixtures import materialize
+from fixtures.attacks import ATTACKS, KIT
 from autograder.grade import GradeOptions, grade
 from autograder.selftests.gradescope_schema import problems_with
 
@@ -35,10 +36,10 @@ def attack_grades():
     os.environ["CS336_HIDDEN_SEED"] = SECRET_SEED
 
     def run(attack):
-        submission = materialize(attack.name, root / attack.name / "submission")
+        submission = materialize(attack, root / attack.name / "submission")
         out = root / attack.name / "out"
-        report = grade(GradeOptions(submission=submission, out=out, problems=list(attack.problems),
-                                    test_timeout_s=attack.test_timeout, quiet=True, jobs=2))
+        report = grade(GradeOptions(submission=submission, out=out, problems=list(attack.verdict.problems),
+                                    test_timeout_s=attack.verdict.test_timeout, quiet=True, jobs=2))
         return attack.name, (attack, report, json.loads((out / "results.json").read_text()))
 
     try:
@@ -63,33 +64,33 @@ def test_the_catalog_is_not_empty():
 @pytest.mark.parametrize("name", NAMES)
 def test_attack_gets_its_verdict(attack_grades, name):
     attack, report, written = attack_grades[name]
-    if attack.needs_sandbox and report.sandbox_user is None:
+    if attack.verdict.needs_sandbox and report.sandbox_user is None:
         pytest.skip("only the unprivileged sandbox user stops this attack; grade as root to check it")
     assert problems_with(written) == [], "results.json must stay valid"
     assert written == report.results, "results.json must be the grader's, not the submission's"
-    for problem in attack.attacked:
+    for problem in attack.verdict.attacked:
         entries = _entries(written, problem)
         assert entries, f"no test of {problem} was graded"
         earned = [entry["name"] for entry in entries if entry["score"] > 0 or entry["status"] == "passed"]
         assert not earned, f"{name} earned points on {earned}"
-    for pattern in attack.attacked_tests:
+    for pattern in attack.verdict.attacked_tests:
         entries = [entry for entry in written["tests"] if fnmatch.fnmatch(entry["name"], pattern)]
         assert entries, f"no graded test matches {pattern!r}"
         earned = [entry["name"] for entry in entries if entry["score"] > 0 or entry["status"] == "passed"]
         assert not earned, f"{name} earned points on {earned}"
-    for problem in attack.control:
+    for problem in attack.verdict.control:
         entries = _entries(written, problem)
         lost = [(e["name"], e["output"][:300]) for e in entries if e["status"] != "passed"]
         later = written["extra_data"]["problems"].get(problem, {}).get("gpu_later", 0)
         assert (entries or later) and not lost, f"{name} must cost only the attacked tests; control tests lost: {lost}"
-    outputs = "\n".join(entry["output"] for problem in attack.attacked for entry in _entries(written, problem))
-    for word in attack.expect_output:
+    outputs = "\n".join(entry["output"] for problem in attack.verdict.attacked for entry in _entries(written, problem))
+    for word in attack.verdict.expect_output:
         assert word in outputs, f"no attacked test's message mentions {word!r}:\n{outputs[:2000]}"
-    for item in attack.left_out:
+    for item in attack.verdict.left_out:
         assert any(line.startswith(item) for line in report.sandbox.left_out), (item, report.sandbox.left_out)
     text = json.dumps(written)
     assert SECRET_SEED not in text, "the hidden seed leaked into results.json"
-    for relative in attack.secret_files:
+    for relative in attack.verdict.secret_files:
         secret_lines = [line.strip() for line in (KIT / relative).read_text().splitlines() if len(line.strip()) > 30]
         leaked = [line for line in secret_lines if json.dumps(line)[1:-1] in text]
         assert not leaked, f"{relative} leaked into results.json: {leaked[:3]}"

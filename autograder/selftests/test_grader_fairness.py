@@ -1,4 +1,4 @@
-"""Every fairness fixture (autograder/fixtures/fairness) gets the outcome its FIXTURE.toml states.
+"""Every fairness fixture (fixtures/fairness) gets the outcome its FIXTURE.toml states.
 
 Staff only. Issue: grading real student FlashAttention-2 code fairly. Each fixture is graded
 once on this machine (two at a time, two test processes each, on its problems and -k filter
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.fairness.catalog import FIXTURES, materialize
+from fixtures import materialize
+from fixtures.fairness import FIXTURES
 from autograder.grade import GradeOptions, grade
 from autograder.selftests.gradescope_schema import problems_with
 
@@ -40,10 +41,10 @@ def fairness_grades():
     root.chmod(0o755)
 
     def run(fixture):
-        submission = materialize(fixture.name, root / fixture.name / "submission")
+        submission = materialize(fixture, root / fixture.name / "submission")
         out = root / fixture.name / "out"
-        grade(GradeOptions(submission=submission, out=out, problems=list(fixture.problems),
-                           keyword=fixture.keyword, quiet=True, jobs=2))
+        grade(GradeOptions(submission=submission, out=out, problems=list(fixture.verdict.problems),
+                           keyword=fixture.verdict.keyword, quiet=True, jobs=2))
         return fixture.name, (fixture, json.loads((out / "results.json").read_text()))
 
     try:
@@ -79,28 +80,28 @@ def test_fixture_gets_its_outcome(fairness_grades, name):
         pytest.skip(f"not among CS336_FAIRNESS={','.join(ONLY)}")
     fixture, results = fairness_grades[name]
     assert problems_with(results) == [], "results.json must stay valid"
-    entries = [entry for problem in fixture.problems for entry in _entries(results, problem)]
-    assert entries, f"no test of {fixture.problems} was graded"
+    entries = [entry for problem in fixture.verdict.problems for entry in _entries(results, problem)]
+    assert entries, f"no test of {fixture.verdict.problems} was graded"
     graded = [entry for entry in entries if not entry["output"].startswith(NOT_GRADED)]
-    for pattern in fixture.must_pass:
+    for pattern in fixture.verdict.must_pass:
         matched = [entry for entry in graded if fnmatch.fnmatchcase(entry["name"], pattern)]
         assert matched, f"{name}: no graded test matches must_pass {pattern!r}"
         failed = [(entry["name"], entry["output"][:400]) for entry in matched if entry["status"] != "passed"]
         assert not failed, f"{name}: tests that must pass failed: {failed}"
-    for pattern in fixture.must_fail:
+    for pattern in fixture.verdict.must_fail:
         matched = [entry for entry in graded if fnmatch.fnmatchcase(entry["name"], pattern)]
         assert matched, f"{name}: no graded test matches must_fail {pattern!r}"
         credited = [entry["name"] for entry in matched if entry["status"] == "passed" or entry["score"] > 0]
         assert not credited, f"{name}: tests that must fail earned points: {credited}"
-    for problem in fixture.full_points + fixture.lose_points:
+    for problem in fixture.verdict.full_points + fixture.verdict.lose_points:
         mine = [entry for entry in _entries(results, problem) if not entry["output"].startswith(NOT_GRADED)]
         earned, gradable = sum(e["score"] for e in mine), sum(e["max_score"] for e in mine)
-        if problem in fixture.full_points:
+        if problem in fixture.verdict.full_points:
             assert earned >= gradable - 1e-3, f"{name}: {problem} earned {earned:.3f} of {gradable:.3f} gradable here"
         else:
             assert earned < gradable - 1e-3, f"{name}: {problem} lost no points ({earned:.3f} of {gradable:.3f})"
     gpu_only = [entry for entry in entries if entry["output"].startswith(NOT_GRADED)]
     assert all(entry["score"] == 0 and entry["max_score"] > 0 for entry in gpu_only), "GPU-only tests keep their points"
     outputs = "\n".join(entry["output"] for entry in graded if entry["status"] != "passed")
-    for word in fixture.expect_output:
+    for word in fixture.verdict.expect_output:
         assert word in outputs, f"{name}: no failing test's output mentions {word!r}:\n{outputs[:2000]}"

@@ -87,13 +87,14 @@ def _check_clean(text: str, seeds: set[int], secret: str) -> None:
 
 
 def test_a_failed_hidden_test_shows_the_error_but_no_seed_or_hidden_text(monkeypatch):
-    from autograder.fixtures.attacks.catalog import materialize
+    from fixtures import materialize
+    from fixtures.attacks import get
     from autograder.grade import GradeOptions, grade
 
     seeds = _seeds(monkeypatch, SECRET)  # the grade's harness reads the secret from this environment
     root = Path(tempfile.mkdtemp(prefix="hidden-output-"))
     root.chmod(0o755)
-    submission = materialize("hidden_seed_in_message", root / "submission")
+    submission = materialize(get("hidden_seed_in_message"), root / "submission")
     report = grade(GradeOptions(submission=submission, out=root / "out", tests=NODES, quiet=True, jobs=1))
     written = json.loads((root / "out" / "results.json").read_text())
     assert problems_with(written) == [] and written == report.results

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.mutants.catalog import MUTANTS, materialize
+from fixtures import materialize
+from fixtures.mutants import MUTANTS
 from autograder.grade import GradeOptions, grade
 from autograder.manifest import load_manifest
 from autograder.selftests.gradescope_schema import hidden_shown_early, problems_with
@@ -123,12 +124,12 @@ def test_stub_grade_matches_reference_grade_test_for_test(stub_grade, reference_
 
 # -- the mutants ----------------------------------------------------------------------------
 
-GRADABLE = [m for m in MUTANTS if not m.gpu_only or gpus.count()]
+GRADABLE = [m for m in MUTANTS if not m.verdict.gpu_only or gpus.count()]
 # Every mutant's tests are shown to fail by test_mutant_catalog.py; here the grader turns failures
 # into lost points, which does not depend on the mistake: one mutant per problem it breaks (the
 # first in the catalog) is graded end to end, so each problem's scoring path is covered once.
 GRADABLE_MUTANTS = [m for m in GRADABLE
-                    if any(next(g for g in GRADABLE if problem in g.breaks) is m for problem in m.breaks)]
+                    if any(next(g for g in GRADABLE if problem in g.verdict.breaks) is m for problem in m.verdict.breaks)]
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +139,8 @@ def mutant_grades():
     root.chmod(0o755)
 
     def run(mutant):
-        submission = materialize(mutant.name, root / mutant.name)
-        report = grade(GradeOptions(submission=submission, out=None, tests=list(mutant.caught_by), quiet=True))
+        submission = materialize(mutant, root / mutant.name)
+        report = grade(GradeOptions(submission=submission, out=None, tests=list(mutant.verdict.caught_by), quiet=True))
         return mutant.name, report.results
 
     try:
@@ -153,7 +154,7 @@ def mutant_grades():
 def test_mutant_loses_points_on_the_problems_it_breaks(mutant_grades, mutant):
     results = mutant_grades[mutant.name]
     assert problems_with(results) == []
-    for problem in mutant.breaks:
+    for problem in mutant.verdict.breaks:
         entries = [e for e in results["tests"] if _problem(e) == problem]
         earned, possible = sum(e["score"] for e in entries), sum(e["max_score"] for e in entries)
-        assert entries and earned < possible, f"{mutant.name} ({mutant.mistake}) must lose points on {problem}"
+        assert entries and earned < possible, f"{mutant.name} ({mutant.summary}) must lose points on {problem}"

@@ -1,6 +1,6 @@
 """Hostile and corrupt zips: bounded extraction, a clear verdict, a valid results.json, nothing outside the sandbox.
 
-The zips are built here from the reference by autograder/fixtures/attacks/zips.py (the largest
+The zips are built here from the reference by fixtures/attacks/zips.py (the largest
 is about 1 MB on disk). The catalog's zip_* attacks grade the same zips end to end in
 test_grader_attacks.py; these tests are the fast ones: the sandbox alone, peak memory of a
 process that extracts a bomb, and the command line's results.json for a refused zip.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.attacks import zips
+from fixtures.attacks import zips
 from autograder.manifest import load_manifest
 from autograder.sandbox import SubmissionRejected, build_sandbox
 from autograder.selftests.gradescope_schema import problems_with

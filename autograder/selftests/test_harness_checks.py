@@ -1,14 +1,14 @@
 """The harness checks of §1.1 reject the two classic timing bugs and accept a correct harness.
 
 The checks in tests/timing_checks.py are what the visible and hidden tests run on a student's
-``time_steps``; here they run on autograder/fixtures/broken_harnesses.py.
+``time_steps``; here they run on autograder/selftests/broken_harnesses.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from autograder.fixtures import broken_harnesses
+from autograder.selftests import broken_harnesses
 from tests import timing_checks
 
 REJECTED_BY = {

@@ -1,7 +1,7 @@
 """The hidden FlashAttention-2 tests catch every mutant, and pass the correct base they come from.
 
 Staff only (part of the kit's self-check: plain `pytest` at the repo root). Proves both
-directions for autograder/fixtures/mutants/catalog.py:
+directions for the FlashAttention-2 mutants of fixtures/mutants:
 
 - the catalog is well formed: each edit's snippet occurs exactly once in the base, names are
   unique, every ``caught_by`` test exists and together they cover the problems in ``breaks``;
@@ -11,7 +11,7 @@ directions for autograder/fixtures/mutants/catalog.py:
   CUDA is present, since the CPU interpreter hides them).
 
 Each submission runs in its own pytest process, as the grader runs them: all runs are started
-once per session, two at a time, by autograder/fixtures/mutants/run_jobs.py (which forks them
+once per session, two at a time, by fixtures/mutants/run_jobs.py (which forks them
 from a warm parent on a CPU), and each test then reads the verdicts of its run.
 """
 
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.mutants.catalog import BASE_DIR, HIDDEN_FLASH_FILES, MUTANTS, apply_edits, materialize
+from fixtures import apply_edits, materialize
+from fixtures.mutants import BASE_DIR, DISTRIBUTED_MUTANTS, HIDDEN_FLASH_FILES, MUTANTS
 from tests import gpus
 
 KIT = Path(__file__).resolve().parents[2]
@@ -69,24 +70,22 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     """Run the base on every hidden FlashAttention-2 test and each checkable mutant on its
     caught_by tests, WORKERS at a time; return {"base" or mutant name: outcomes}."""
     root = tmp_path_factory.mktemp("mutant_runs")
-    from autograder.fixtures.mutants.catalog import DISTRIBUTED_MUTANTS  # run by test_distributed_mutants.py
-
     unknown = set(ONLY) - {m.name for m in MUTANTS} - {m.name for m in DISTRIBUTED_MUTANTS}
     assert not unknown, f"CS336_MUTANTS names unknown mutants {sorted(unknown)}"
     chosen = [m for m in MUTANTS if m.name in ONLY] if ONLY else MUTANTS
     if not chosen:
         pytest.skip("CS336_MUTANTS names only data-parallel mutants: test_distributed_mutants.py runs those")
-    base_targets = sorted({node for m in chosen for node in m.caught_by}) if ONLY else list(HIDDEN_FLASH_FILES)
+    base_targets = sorted({node for m in chosen for node in m.verdict.caught_by}) if ONLY else list(HIDDEN_FLASH_FILES)
     jobs = [{"name": "base", "submission": str(BASE_DIR), "targets": base_targets}]
     for mutant in chosen:
-        if CUDA or not mutant.gpu_only:
-            jobs.append({"name": mutant.name, "submission": str(materialize(mutant.name, root)),
-                         "targets": list(mutant.caught_by)})
+        if CUDA or not mutant.verdict.gpu_only:
+            jobs.append({"name": mutant.name, "submission": str(materialize(mutant, root / mutant.name)),
+                         "targets": list(mutant.verdict.caught_by)})
     for job in jobs:
         job["report"] = str(root / f"{job['name']}.xml")
         job["log"] = str(root / f"{job['name']}.log")
     (root / "jobs.json").write_text(json.dumps(jobs))
-    command = [sys.executable, "-m", "autograder.fixtures.mutants.run_jobs", str(root / "jobs.json"),
+    command = [sys.executable, "-m", "fixtures.mutants.run_jobs", str(root / "jobs.json"),
                "--workers", str(WORKERS)] + ([] if CUDA else ["--fork"])
     env = {k: v for k, v in os.environ.items() if k != "CS336_SUBMISSION"}
     done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=1800)
@@ -99,18 +98,18 @@ def test_catalog_is_well_formed(runs):
         pytest.skip("CS336_MUTANTS is set: the base ran only the chosen mutants' tests")
     names = [m.name for m in MUTANTS]
     assert len(names) == len(set(names)), f"duplicate mutant names: {sorted(n for n in names if names.count(n) > 1)}"
-    cpu_visible = [m.name for m in MUTANTS if not m.gpu_only]
+    cpu_visible = [m.name for m in MUTANTS if not m.verdict.gpu_only]
     assert len(cpu_visible) >= MIN_CPU_MUTANTS, f"only {len(cpu_visible)} mutants are caught on a CPU: {cpu_visible}"
     collected = set(runs["base"])
     for mutant in MUTANTS:
         for file in {edit.file for edit in mutant.edits}:
             apply_edits((BASE_DIR / file).read_text(), [e for e in mutant.edits if e.file == file], file)
-        assert mutant.breaks and set(mutant.breaks) <= set(FLASH_PROBLEMS), f"{mutant.name}: breaks {mutant.breaks}"
-        missing = [node for node in mutant.caught_by if node not in collected]
+        assert mutant.verdict.breaks and set(mutant.verdict.breaks) <= set(FLASH_PROBLEMS), f"{mutant.name}: breaks {mutant.verdict.breaks}"
+        missing = [node for node in mutant.verdict.caught_by if node not in collected]
         assert not missing, f"{mutant.name}: caught_by names tests that do not exist: {missing}"
-        covered = {_problem_of(node) for node in mutant.caught_by}
-        assert covered >= set(mutant.breaks), (
-            f"{mutant.name}: breaks {mutant.breaks} but caught_by only covers {sorted(covered)}"
+        covered = {_problem_of(node) for node in mutant.verdict.caught_by}
+        assert covered >= set(mutant.verdict.breaks), (
+            f"{mutant.name}: breaks {mutant.verdict.breaks} but caught_by only covers {sorted(covered)}"
         )
 
 
@@ -127,11 +126,11 @@ def test_base_passes_every_hidden_flash_test(runs):
 def test_mutant_fails_its_hidden_tests(mutant, runs):
     if ONLY and mutant.name not in ONLY:
         pytest.skip(f"not among CS336_MUTANTS={','.join(ONLY)}")
-    if mutant.gpu_only and not CUDA:
+    if mutant.verdict.gpu_only and not CUDA:
         pytest.skip(f"{mutant.name} is invisible under the CPU interpreter (gpu_only); run on a GPU")
     outcomes = runs[mutant.name]
-    not_failed = {node: outcomes.get(node, "not run") for node in mutant.caught_by if outcomes.get(node) != "failed"}
+    not_failed = {node: outcomes.get(node, "not run") for node in mutant.verdict.caught_by if outcomes.get(node) != "failed"}
     assert not not_failed, (
-        f"mutant {mutant.name} ({mutant.mistake}) was not caught by {not_failed}; "
+        f"mutant {mutant.name} ({mutant.summary}) was not caught by {not_failed}; "
         "the hidden tests must fail on it"
     )

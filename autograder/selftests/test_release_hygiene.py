@@ -12,7 +12,7 @@ def test_the_release_names_no_staff_only_file(student_release):
 
 
 def test_the_check_finds_each_staff_only_name(tmp_path):
-    lines = ["The grader reads points from one manifest.", "see autograder/fixtures/mutants/catalog.py",
+    lines = ["The grader reads points from one manifest.", "see fixtures/mutants/base",
              "bash gpu_checks/run.sh", "see records/2026-12-02-h200-evidence/", "diff against reference/adapters.py", "python -m autograder.tools.x",
              "the mutant catalog", "leaderboard/README.md", "confine/THREAT_MODEL.md", "from confine import uid_pool"]
     (tmp_path / "notes.md").write_text("\n".join(lines + ["a Gradescope autograder and a reference answer"]))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.fixtures.mutants.catalog import BASE_DIR
+from fixtures.mutants import BASE_DIR
 from tests.example_seeds import PUBLIC_SECRET, example_seed, seed_hypothesis_test
 
 KIT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.fixtures.mutants.catalog import materialize
+from fixtures import materialize
+from fixtures.mutants import get
 from tests.flash_cases import FlashCase
 
 KIT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_the_rerun_line_runs_from_a_fresh_shell_and_tests_the_chosen_submission(
     assert BARE.search(command.replace(".venv/bin/python", "")) is None, command
     reference = _fresh_shell(f"export CS336_SUBMISSION={KIT / 'reference'}; {command}")
     assert reference.returncode == 0 and reference.stdout.strip().endswith("passed"), reference.stdout + reference.stderr
-    mutant = materialize("scale_applied_twice", tmp_path / "mutant")
+    mutant = materialize(get("scale_applied_twice"), tmp_path / "mutant" / "scale_applied_twice")
     broken = _fresh_shell(f"export CS336_SUBMISSION={mutant}; {command}")
     assert broken.returncode == 1 and "failed" in broken.stdout, (
         "flash_repro must test $CS336_SUBMISSION, as the tests do: " + broken.stdout[-1500:] + broken.stderr[-1500:])

@@ -25,7 +25,7 @@ accumulator survives do.
 Run from the repo root (each submission runs in its own process, as the tests do):
 
     .venv/bin/python -m autograder.tools.measure_tolerances --submission reference --submission emulated \
-        --submission autograder/fixtures/mutants/base --cases 100
+        --submission fixtures/mutants/base --cases 100
 
 Without CUDA the Triton kernels run under the interpreter (slow: keep the default small sizes)
 and bfloat16 is measured for the PyTorch Function only (the interpreter's bf16 tl.dot is wrong).

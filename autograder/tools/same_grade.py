@@ -45,7 +45,7 @@ def differences(grades: list[dict[str, tuple[str, float]]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("submission", nargs="?", help="a submission folder or zip")
-    parser.add_argument("--mutant", help="grade this mutant of autograder/fixtures/mutants instead")
+    parser.add_argument("--mutant", help="grade this mutant of fixtures/mutants instead")
     parser.add_argument("--times", type=int, default=5)
     parser.add_argument("--spin", type=int, default=0, help="busy processes to run alongside")
     parser.add_argument("--problems", default="", help="comma-separated problems (default: all)")
@@ -56,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="same-grade-"))
     submission = args.submission
     if args.mutant:
-        from autograder.fixtures.mutants.catalog import materialize
+        from fixtures import materialize, mutants
 
         folder = out / "mutant"
         folder.parent.mkdir(parents=True, exist_ok=True)
         out.chmod(0o755)
-        submission = materialize(args.mutant, folder)
+        submission = materialize(mutants.get(args.mutant), folder / args.mutant)
     if submission is None:
         parser.error("give a SUBMISSION or --mutant NAME")
     stop = multiprocessing.Event()

@@ -8,7 +8,7 @@ Read by staff changing Hypothesis settings (tests/hypothesis_profiles.py) or the
 to shrink it to a minimal case; on a GPU each new shape compiles kernels, so shrinking costs
 seconds an example. If it ran past the grader's limit, a student with a real bug would read
 "timed out" instead of the minimal case. For each mutant below (materialised from
-autograder/fixtures/mutants), this runs its fuzz test in a fresh pytest process with no example
+fixtures/mutants), this runs its fuzz test in a fresh pytest process with no example
 database, and prints a Markdown table: wall time, pytest's own time, the outcome, and whether
 the output holds the failing case's one-line repro. A measurement, not a test.
 """
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.fixtures.mutants.catalog import materialize
+from fixtures import materialize, mutants
 from autograder.manifest import load_manifest
 from tests import gpus
 
@@ -46,7 +46,7 @@ CASES = (
 
 
 def run_one(mutant: str, node: str, root: Path, limit_s: float) -> dict:
-    submission = materialize(mutant, root)
+    submission = materialize(mutants.get(mutant), root / mutant)
     with tempfile.TemporaryDirectory() as work:  # a fresh .hypothesis database: no replay of earlier failures
         env = {**os.environ, "PYTHONPATH": str(KIT)}
         command = [sys.executable, "-m", "pytest", str(KIT / node), f"--submission={submission}", "-q",

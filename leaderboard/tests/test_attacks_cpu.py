@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from leaderboard.fixtures import FIXTURES
+from fixtures import materialize
+from fixtures.leaderboard import FIXTURES
 from leaderboard.sandbox import WORKER_MODULES
 from leaderboard.store import ROOT
 
-ATTACKS = [f for f in FIXTURES if f.attack]
+ATTACKS = [f for f in FIXTURES if f.verdict.attack]
 MARKER = b"planted by attack_kit"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops to a sandbox uid only when the parent is root")
@@ -36,7 +37,7 @@ store = Path(sys.argv[sys.argv.index("--store") + 1])
 names = sys.argv[1 : sys.argv.index("--store")]
 records = {}
 def one(name):
-    records[name] = run_submission(Path("leaderboard/fixtures") / name, name, "dry-run", store=store)
+    records[name] = run_submission(Path("submissions") / name, name, "dry-run", store=store)
 threads = [threading.Thread(target=one, args=(name,)) for name in names]
 for t in threads: t.start()
 for t in threads: t.join()
@@ -51,6 +52,8 @@ def kit_copy() -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "results")
     shutil.copytree(ROOT / "leaderboard", kit / "leaderboard", symlinks=True, ignore=ignore)
     shutil.copytree(ROOT / "confine", kit / "confine", symlinks=True, ignore=ignore)
+    for fixture in ATTACKS:  # the submissions, inside the kit as a fixture folder is
+        materialize(fixture, kit / "submissions" / fixture.name)
     # The worker's modules (leaderboard/ and confine/ whole, for the parent), and the parent's own.
     for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py",
                      *[m for m in WORKER_MODULES if m.startswith("tests/")]):
@@ -98,8 +101,8 @@ def test_each_attack_gets_its_verdict(attacked):
         record = records[fixture.name]
         codes = [r["code"] for r in record["refusals"]]
         assert record["isolation"].startswith("uid "), record["isolation"]
-        if fixture.cpu_refusals:
-            assert set(fixture.cpu_refusals) <= set(codes), (fixture.name, record["refusals"])
+        if fixture.verdict.cpu_refusals:
+            assert set(fixture.verdict.cpu_refusals) <= set(codes), (fixture.name, record["refusals"])
         else:
             assert record["accepted"], (fixture.name, record["refusals"], err[-3000:])
     assert len({records[f.name]["isolation"] for f in ATTACKS}) == len(ATTACKS)  # one uid per concurrent run

@@ -3,14 +3,16 @@
 import json
 
 from leaderboard.__main__ import main
-from leaderboard.fixtures import fixture
+from fixtures import materialize
+from fixtures.leaderboard import get
 from leaderboard.store import read_records
 
 
 def test_dry_run_accepts_honest_refuses_patched_timers_and_tables_both(tmp_path, capfd):
     store = tmp_path / "records.jsonl"
-    assert main(["run", str(fixture("honest_slow").path), "--name", "honest", "--cpu", "--store", str(store)]) == 0
-    assert main(["run", str(fixture("cheat_patched_timers").path), "--name", "patcher", "--cpu", "--store", str(store)]) == 1
+    honest_slow, patched_timers = (materialize(get(name), tmp_path / name) for name in ("honest_slow", "cheat_patched_timers"))
+    assert main(["run", str(honest_slow), "--name", "honest", "--cpu", "--store", str(store)]) == 0
+    assert main(["run", str(patched_timers), "--name", "patcher", "--cpu", "--store", str(store)]) == 1
     out = capfd.readouterr()
     assert "[leaderboard" in out.err  # the worker's progress reaches the terminal
     assert "ACCEPTED honest" in out.out and "REFUSED patcher" in out.out

@@ -15,11 +15,12 @@ import sys
 import pytest
 import torch
 
-from leaderboard.fixtures import FIXTURES
+from fixtures import materialize
+from fixtures.leaderboard import FIXTURES
 from leaderboard.kernels import submission_triton_names
 from leaderboard.runner import evaluate_in_process, submission_files
 
-IN_PROCESS = [f for f in FIXTURES if f.cpu_refusals and f.in_process]
+IN_PROCESS = [f for f in FIXTURES if f.verdict.cpu_refusals and f.verdict.in_process]
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="dry-run checks run Triton's interpreter (machines without a GPU)"),
@@ -43,11 +44,12 @@ def dry_run_process(monkeypatch):
     torch._dynamo.reset()
 
 
-def load_function(fixture):
-    """The fixture's FlashAttentionTriton, its cs336_systems imported as a package of its own name."""
-    package = f"leaderboard_fixture_{fixture.name}"
+def load_function(name, submission):
+    """The FlashAttentionTriton of fixture ``name`` (materialized at ``submission``), its
+    cs336_systems imported as a package of its own name."""
+    package = f"leaderboard_fixture_{name}"
     if package not in sys.modules:
-        directory = fixture.path / "cs336_systems"
+        directory = submission / "cs336_systems"
         spec = importlib.util.spec_from_file_location(package, directory / "__init__.py", submodule_search_locations=[str(directory)])
         module = importlib.util.module_from_spec(spec)
         sys.modules[package] = module  # torch.compile imports the function's module by name
@@ -56,10 +58,11 @@ def load_function(fixture):
 
 
 @pytest.mark.parametrize("fixture", IN_PROCESS, ids=lambda f: f.name)
-def test_cheat_is_refused_for_its_reason(fixture, dry_run_process):
-    names = submission_triton_names(submission_files(fixture.path))
-    record = evaluate_in_process(load_function(fixture), "dry-run", names, seed=0)
+def test_cheat_is_refused_for_its_reason(fixture, dry_run_process, tmp_path):
+    submission = materialize(fixture, tmp_path / fixture.name)
+    names = submission_triton_names(submission_files(submission))
+    record = evaluate_in_process(load_function(fixture.name, submission), "dry-run", names, seed=0)
     codes = [r["code"] for r in record["refusals"]]
     assert not record["accepted"]
-    assert set(fixture.cpu_refusals) <= set(codes), record["refusals"]
+    assert set(fixture.verdict.cpu_refusals) <= set(codes), record["refusals"]
     assert "error" not in codes, record.get("traceback")

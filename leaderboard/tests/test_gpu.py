@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from leaderboard.fixtures import FIXTURES
+from fixtures import materialize
+from fixtures.leaderboard import FIXTURES
 from leaderboard.runner import describe, run_submission
 from leaderboard.sandbox import is_root
 from leaderboard.selftest import MAX_REFERENCE_SPREAD_PCT
@@ -53,11 +54,11 @@ def test_the_sandbox_does_not_change_the_official_time():
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda f: f.name)
 def test_fixture_verdict(fixture, tmp_path):
-    if fixture.attack and not is_root():
+    if fixture.verdict.attack and not is_root():
         pytest.skip("the attack fixtures run only against an isolated worker (run as root)")
-    record = run_submission(fixture.path, fixture.name, "quick", store=tmp_path / "records.jsonl", unisolated=not is_root())
+    record = run_submission(materialize(fixture, tmp_path / fixture.name), fixture.name, "quick", store=tmp_path / "records.jsonl", unisolated=not is_root())
     codes = [r["code"] for r in record["refusals"]]
-    if not fixture.gpu_refusals:
+    if not fixture.verdict.gpu_refusals:
         assert record["accepted"], describe(record)
     else:
-        assert set(fixture.gpu_refusals) <= set(codes), describe(record)
+        assert set(fixture.verdict.gpu_refusals) <= set(codes), describe(record)

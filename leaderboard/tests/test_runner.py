@@ -6,17 +6,20 @@ import zipfile
 import pytest
 
 from leaderboard.__main__ import main
-from leaderboard.fixtures import FIXTURES
+from fixtures import materialize
+from fixtures.leaderboard import get
 from leaderboard.runner import LINK_ROOTS, describe, submission_files
-from leaderboard.store import read_records
+from leaderboard.store import ROOT, read_records
 from tests import gpus
 from tests.submission import MAX_DATA_BYTES, MAX_FILE_BYTES, SubmissionError, files_hash, submission_hash
 
 
 def test_hash_covers_exactly_the_submission_files(tmp_path):
-    source = FIXTURES[0].path
-    copy = tmp_path / "copy"
-    shutil.copytree(source, copy, symlinks=False)
+    copy = materialize(get("honest_slow"), tmp_path / "copy")
+    source = tmp_path / "linked"  # the same submission with adapters.py a link to the kit's, as reference/'s is
+    shutil.copytree(copy, source)
+    (source / "adapters.py").unlink()
+    (source / "adapters.py").symlink_to(ROOT / "adapters.py")
     assert list(submission_files(copy)) == ["adapters.py", "cs336_systems/__init__.py",
                                             "cs336_systems/flash_attention_triton.py",
                                             "cs336_systems/slow_flash_attention.py"]
@@ -40,8 +43,7 @@ def test_a_file_that_breaks_the_graders_rule_is_not_timed(tmp_path, capsys):
     never dropped quietly: the run is refused, naming the file and the fix."""
     secret = tmp_path / "staff_only.py"
     secret.write_text("SECRET = 42\n")
-    copy = tmp_path / "sub"
-    shutil.copytree(FIXTURES[0].path, copy, symlinks=False)
+    copy = materialize(get("honest_slow"), tmp_path / "sub")
     (copy / "cs336_systems" / "leak.py").symlink_to(secret)
     with pytest.raises(SubmissionError, match=r"cs336_systems/leak\.py \(symbolic link to a file outside the submission\)"):
         submission_files(copy)
@@ -98,11 +100,11 @@ def test_a_partial_selftest_never_replaces_the_full_runs_records(tmp_path):
     assert output_dir(tmp_path, ["honest_slow"]) == tmp_path  # a folder the user chose is used as given
 
 
-def test_without_root_run_refuses_unless_unisolated(monkeypatch, capsys):
+def test_without_root_run_refuses_unless_unisolated(monkeypatch, capsys, tmp_path):
     import leaderboard.sandbox
 
     monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
-    assert main(["run", str(FIXTURES[0].path), "--name", "x", "--cpu"]) == 2
+    assert main(["run", str(materialize(get("honest_slow"), tmp_path / "honest_slow")), "--name", "x", "--cpu"]) == 2
     err = capsys.readouterr().err
     assert "not root" in err and "--unisolated" in err and "unprivileged" in err
 
@@ -127,7 +129,7 @@ def test_one_flag_means_one_thing_and_old_flags_name_the_new_one(capsys):
 def test_a_zip_or_a_folder_holding_only_a_zip_is_read_as_the_grader_reads_it(tmp_path, capsys):
     import zipfile
 
-    source = FIXTURES[0].path
+    source = materialize(get("honest_slow"), tmp_path / "honest_slow")
     folder = tmp_path / "submission_1"
     folder.mkdir()
     with zipfile.ZipFile(folder / "submission.zip", "w") as archive:

@@ -1,7 +1,7 @@
 """The training-step board's CPU dry run: the whole pipeline with gloo on two processes, and each fixture's verdict.
 
 Staff only (part of the kit's self-check). Runs each fixture of
-leaderboard/training_step/fixtures on the tiny config: the honest plain-DDP entry is accepted
+fixtures/training_step on the tiny config: the honest plain-DDP entry is accepted
 with a time; each cheat is refused by its own detector (and the reason names it). About 3 s a
 fixture on a 2-core CPU.
 """
@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import materialize
+from fixtures.training_step import FIXTURES, get
 from leaderboard.training_step.config import OFFICIAL, TINY, TINY_BF16
-from leaderboard.training_step.fixtures import FIXTURES
 from leaderboard.store import read_records
 from leaderboard.training_step.__main__ import main
 from leaderboard.training_step.run import run
 
-HERE = Path(__file__).resolve().parents[1] / "training_step" / "fixtures"
 ENTRY = Path(__file__).resolve().parents[1] / "training_step" / "reference_entry"
 
 
-@pytest.mark.parametrize("fixture", sorted(FIXTURES))
-def test_fixture_gets_its_verdict(fixture):
-    detector = FIXTURES[fixture]
-    outcome = run(HERE / fixture, TINY)
-    if detector is None:
+@pytest.mark.parametrize("fixture", [f.name for f in FIXTURES])
+def test_fixture_gets_its_verdict(fixture, tmp_path):
+    detector = get(fixture).verdict.refused_by
+    outcome = run(materialize(get(fixture), tmp_path / fixture), TINY)
+    if not detector:
         assert outcome.accepted, f"{fixture} must be accepted; refused: {outcome.reasons}"
         assert outcome.median_ms is not None and outcome.median_ms > 0
         assert [len(t) for t in outcome.times_ms] == [TINY.rep_calls] * TINY.world_size
@@ -45,9 +45,9 @@ def test_the_staff_entry_is_accepted(config):
 
 @pytest.mark.parametrize(("fixture", "accepted"), [("honest_plain_ddp", True), ("cheat_different_model", False),
                                                    ("cheat_no_update", False)])
-def test_the_16_bit_gate(fixture, accepted):
+def test_the_16_bit_gate(fixture, accepted, tmp_path):
     """bf16: the updates are compared in norm; an honest step passes, a different model's updates do not."""
-    outcome = run(HERE / fixture, TINY_BF16)
+    outcome = run(materialize(get(fixture), tmp_path / fixture), TINY_BF16)
     assert outcome.accepted == accepted, (fixture, outcome.reasons)
     if not accepted:
         assert any(reason.startswith("gate") for reason in outcome.reasons), outcome.reasons
@@ -83,7 +83,8 @@ def test_the_official_config_is_cs336_2026s():
 
 def test_the_cli_dry_run_records_the_run_with_its_stack(tmp_path, capsys):
     store = tmp_path / "records.jsonl"
-    status = main(["run", str(HERE / "cheat_no_update"), "--dry-run", "--name", "cheater", "--store", str(store)])
+    submission = materialize(get("cheat_no_update"), tmp_path / "cheat_no_update")
+    status = main(["run", str(submission), "--dry-run", "--name", "cheater", "--store", str(store)])
     assert status == 1 and "no_update" in capsys.readouterr().out
     [entry] = read_records(store)
     assert entry["name"] == "cheater" and not entry["accepted"] and entry["mode"] == "tiny"

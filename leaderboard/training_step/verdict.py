@@ -4,7 +4,7 @@ Read by ``run.py``. Every fact judged here came back from the ranks as data (los
 parameters, the event log of collectives, call times); the truth (``trusted.py``) is computed
 here. A refusal names each reason; a run is accepted only with none.
 
-Detectors, each with a fixture in leaderboard/training_step/fixtures/:
+Detectors, each with a fixture in fixtures/training_step/:
 
 - ``different_model``: the first step's loss is computed before any update, so it is the
   model's loss at its initial weights; it must equal the trusted model's (a submission that
