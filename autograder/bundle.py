@@ -22,8 +22,8 @@ from pathlib import Path
 
 KIT = Path(__file__).resolve().parent.parent
 GRADESCOPE = Path(__file__).resolve().parent / "gradescope"
-LEFT_OUT_DIRS = {".git", ".venv", ".ci", "dist", "results", "leaderboard", "gpu_checks", "records", "benchmarks", "fixtures",
-                 "selftests", "peer_checks", "__pycache__", ".pytest_cache",
+LEFT_OUT_DIRS = {".git", ".venv", ".ci", "dist", "results", "leaderboard", "gpu_checks", "records", "benchmarks",
+                 "fixtures", "selftests", "peer_checks", "__pycache__", ".pytest_cache",
                  ".hypothesis", ".whl", ".gl", "build"}
 LEFT_OUT_SUFFIXES = (".pyc", ".egg-info", ".zip", ".nsys-rep", ".pickle", ".pt")
 MAX_FILE_BYTES = 5 * 1024 * 1024
