@@ -19,7 +19,7 @@ if [ "${1:-}" != "--no-tests" ]; then
     "$PYTHON" -m tests.score -p no:cacheprovider || true
 fi
 
-"$PYTHON" - <<'PY'
+"$PYTHON" -B - <<'PY'  # -B: packing leaves no __pycache__ in your folder
 """Write submission.zip: the files of the submission as the grader reads them, and writeup.pdf (if present)."""
 import zipfile
 from pathlib import Path

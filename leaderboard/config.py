@@ -123,9 +123,12 @@ class Limits:
 
 
 LIMITS = Limits()
-# --cpu times a Python interpreter on a shared CPU, where two timings of the same code can
-# differ by a third; only the coarse, timing-based checks run there, with wide bounds.
-LIMITS_DRY_RUN = Limits(fixed_faster_than_fresh=0.5, ones_faster_than_random=0.5)
+# --cpu times a Python interpreter on a shared CPU, where two timings of the same code differ
+# by whatever else the machine runs: at a load average of 7 on 2 cores, the honest fixture's
+# fresh-input calls took 88 ms against 35 ms for its official loop (2026-12-02), and a bound of
+# 0.5 refused it. Only the coarse, timing-based checks run there, refusing only a loop 10 times
+# faster: a cache that skips the work (cheat_smart_cache) is about 100 times faster there.
+LIMITS_DRY_RUN = Limits(fixed_faster_than_fresh=0.9, ones_faster_than_random=0.9)
 
 # Worker time limits (seconds), enforced by the parent process. Each run compiles in a fresh
 # cache (a shared one could be poisoned by an earlier submission).
