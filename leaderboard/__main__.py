@@ -70,7 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         resolve_submission_dir,
     )
 
-    from autograder.sandbox import SubmissionRejected, build_sandbox
+    from autograder.intake import SubmissionRejected, copy_submission
 
     args.dry_run = args.cpu
     with tempfile.TemporaryDirectory(prefix="cs336-leaderboard-zip-") as unpacked:
@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             located = source
         if located.is_file():  # a zip, or a folder holding only one: read as the grader reads it
             try:
-                report = build_sandbox(located, Path(unpacked) / "submission")
+                report = copy_submission(located, Path(unpacked) / "submission")
                 refuse_broken(located, report.broken)  # timed whole or not at all, as a folder is
             except (SubmissionRejected, SubmissionNotFound, SubmissionError) as error:
                 print(f"leaderboard run: {located}: not timed: {error}", file=sys.stderr)
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
     from tests.submission import SubmissionError, resolve_submission_dir
 
     from leaderboard.runner import describe, run_submission
-    from leaderboard.sandbox import SandboxUnavailable
+    from leaderboard.worker_setup import SandboxUnavailable
     from leaderboard.store import append_record
 
     if zip_path is not None:
@@ -151,7 +151,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if not args.dry_run and not gpus.count():
         print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
         return 2
-    from leaderboard.sandbox import SandboxUnavailable
+    from leaderboard.worker_setup import SandboxUnavailable
 
     try:
         return run_selftest(args.out, dry_run=args.dry_run, only=args.only, unisolated=args.unisolated)

@@ -87,7 +87,7 @@ class TimingSettings:
     plain_calls: int = 5
 
 
-# The official harness: do_bench(..., rep=10000, warmup=1000).
+# The official timing: do_bench(..., rep=10000, warmup=1000).
 OFFICIAL = TimingSettings(name="official", warmup_ms=1000, rep_ms=10000, matmul_warmup_ms=500, matmul_rep_ms=2000)
 # --quick: for iterating, and for cheat fixtures whose verdict does not hang on a close timing.
 QUICK = TimingSettings(name="quick", warmup_ms=200, rep_ms=1000, matmul_warmup_ms=100, matmul_rep_ms=500)

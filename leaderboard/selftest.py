@@ -25,7 +25,7 @@ from autograder.batch.driver import Tally, summary_lines, write_summary
 from leaderboard.batch import code_version
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, run_submission
-from leaderboard.sandbox import is_root
+from leaderboard.worker_setup import is_root
 from leaderboard.store import ROOT, STORE_DIR, read_records
 from leaderboard.table import write_table
 
@@ -94,7 +94,7 @@ def output_dir(out_dir: Path, only: list[str] | None) -> Path:
 
 def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None, unisolated: bool = False) -> int:
     """Run the plan, print and write a summary; return 0 when every entry is as expected.
-    Raises ``sandbox.SandboxUnavailable`` when the submissions cannot be isolated."""
+    Raises ``worker_setup.SandboxUnavailable`` when the submissions cannot be isolated."""
     out_dir = output_dir(out_dir, only)
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "records.jsonl"

@@ -1,7 +1,7 @@
 """Runs one submission in its own process: every check in order, then the official timing.
 
 Staff read this file to know the order of the checks and what the worker reports. The parent
-(``runner``) starts it as root in a fresh sandbox (``sandbox``); before anything else the worker
+(``runner``) starts it as root in a fresh sandbox (``worker_setup``); before anything else the worker
 drops to the uid the parent leased (``confine``), then reports to the parent only through the
 pipe it was given (``protocol``). The parent does not take its word for anything that decides
 an acceptance: it recomputes the reference for the outputs the worker sends, brackets every
@@ -74,7 +74,7 @@ class Evaluation:
         import torch
 
         from leaderboard import config
-        from leaderboard.trusted import capture_clock, snapshot
+        from leaderboard.timer_guard import capture_clock, snapshot
         from tests.flash_tolerances import GATE_TOLERANCES
 
         self.torch = torch
@@ -130,7 +130,7 @@ class Evaluation:
         return x.requires_grad_(requires_grad)
 
     def untampered(self, when: str) -> None:
-        from leaderboard.trusted import check_untampered
+        from leaderboard.timer_guard import check_untampered
 
         self.refuse(check_untampered(self.before, when))
 
@@ -219,7 +219,7 @@ class Evaluation:
         from tests.flash_reference import attention_float64
 
         p = self.problem
-        if self.cuda:  # the official harness, literally
+        if self.cuda:  # CS336's official timing, literally
             log("flash = torch.compile(Fn.apply); correctness gate under a random dO")
             self.flash = self.torch.compile(self.Fn.apply)
         else:  # no C++ compiler needed: dynamo traces, nothing is code-generated
@@ -404,7 +404,7 @@ class Evaluation:
             self.passed("not_triton", "skipped: the profiler recorded no GPU kernels")
 
     def timing(self) -> None:
-        from leaderboard.harness import time_official, time_random_dO
+        from leaderboard.timing import time_official, time_random_dO
 
         p, s = self.problem, self.settings
         log(f"official timing ({s.name}: warmup {s.warmup_ms} ms, rep {s.rep_ms} ms) x {self.repeats}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from leaderboard.fixtures import FIXTURES
-from leaderboard.sandbox import WORKER_MODULES
+from leaderboard.worker_setup import WORKER_MODULES
 from leaderboard.store import ROOT
 
 ATTACKS = [f for f in FIXTURES if f.attack]

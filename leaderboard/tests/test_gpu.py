@@ -12,7 +12,7 @@ import pytest
 
 from leaderboard.fixtures import FIXTURES
 from leaderboard.runner import describe, run_submission
-from leaderboard.sandbox import is_root
+from leaderboard.worker_setup import is_root
 from leaderboard.selftest import MAX_REFERENCE_SPREAD_PCT
 from leaderboard.store import ROOT
 
@@ -25,8 +25,8 @@ import json, sys, torch
 from pathlib import Path
 from tests.submission import load_adapters
 from leaderboard.config import LEADERBOARD, QUICK
-from leaderboard.harness import time_official
-from leaderboard.trusted import capture_clock
+from leaderboard.timing import time_official
+from leaderboard.timer_guard import capture_clock
 Fn = load_adapters(Path(sys.argv[1])).get_flashattention_autograd_function_triton()
 flash = torch.compile(Fn.apply)
 timings = time_official(flash, LEADERBOARD, QUICK, capture_clock(True), repeats=3)

@@ -99,9 +99,9 @@ def test_a_partial_selftest_never_replaces_the_full_runs_records(tmp_path):
 
 
 def test_without_root_run_refuses_unless_unisolated(monkeypatch, capsys):
-    import leaderboard.sandbox
+    import leaderboard.worker_setup
 
-    monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
+    monkeypatch.setattr(leaderboard.worker_setup, "is_root", lambda: False)
     assert main(["run", str(FIXTURES[0].path), "--name", "x", "--cpu"]) == 2
     err = capsys.readouterr().err
     assert "not root" in err and "--unisolated" in err and "unprivileged" in err

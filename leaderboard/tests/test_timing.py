@@ -1,10 +1,10 @@
-"""The official harness, followed literally, and the host-clock timer used without CUDA."""
+"""The official timing loop, followed literally, and the host-clock timer used without CUDA."""
 
 import pytest
 
 from leaderboard.config import DRY, DRY_RUN
-from leaderboard.harness import Timing, matmul_tflops, official_inputs, time_calls, time_official, time_random_dO
-from leaderboard.trusted import TrustedClock
+from leaderboard.timing import Timing, matmul_tflops, official_inputs, time_calls, time_official, time_random_dO
+from leaderboard.timer_guard import CapturedClock
 
 
 class FakeClock:
@@ -24,7 +24,7 @@ class FakeClock:
 
 def test_plain_timer_excludes_warmup_and_synchronizes_each_call():
     fake = FakeClock()
-    clock = TrustedClock(fake.perf_counter, fake.synchronize, None, None, lambda xs: sorted(xs)[len(xs) // 2])
+    clock = CapturedClock(fake.perf_counter, fake.synchronize, None, None, lambda xs: sorted(xs)[len(xs) // 2])
     calls = []
     timing = time_calls(lambda: calls.append(1), DRY, clock)
     assert len(calls) == DRY.plain_warmup_calls + DRY.plain_calls
@@ -47,7 +47,7 @@ def test_official_inputs_are_views_of_one_leaf_and_accumulate_gradients():
         seen.append(is_causal)
         return q * k + v
 
-    clock = TrustedClock(lambda: 0.0, lambda: None, None, None, None)
+    clock = CapturedClock(lambda: 0.0, lambda: None, None, None, None)
     timings = time_official(fake_flash, DRY_RUN, DRY, clock, repeats=2)
     assert len(timings) == 2 and all(seen)
     assert len(seen) == 2 * (DRY.plain_warmup_calls + DRY.plain_calls)
@@ -58,6 +58,6 @@ def test_official_inputs_are_views_of_one_leaf_and_accumulate_gradients():
 def test_cpu_matmul_rate_is_positive():
     import time
 
-    clock = TrustedClock(time.perf_counter, lambda: None, None, None, None)
+    clock = CapturedClock(time.perf_counter, lambda: None, None, None, None)
     tflops, label = matmul_tflops(DRY_RUN, DRY, clock)
     assert tflops > 0 and label == "256^3 float32"

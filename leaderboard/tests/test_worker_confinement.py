@@ -108,10 +108,10 @@ def _left_by(uid: int) -> list[str]:
 
 
 def test_unconfined_the_attack_reaches_the_hosts_loopback(attack, monkeypatch, capfd):
-    import leaderboard.sandbox
+    import leaderboard.worker_setup
 
     submission, listener = attack
-    monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
+    monkeypatch.setattr(leaderboard.worker_setup, "is_root", lambda: False)
     record = run_submission(submission, "attack", mode="dry-run", unisolated=True)
     assert record["isolation"].startswith("none"), record["isolation"]
     assert "attack: sent to the host's loopback" in capfd.readouterr().err

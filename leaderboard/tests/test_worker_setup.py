@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from confine.views import blocked_directories, unreadable
-from leaderboard.sandbox import Identity, lease_uid, make_sandbox, remove_sandbox, worker_env, writable_paths
+from leaderboard.worker_setup import Identity, lease_uid, make_sandbox, remove_sandbox, worker_env, writable_paths
 
 NOBODY = Identity(61999, 61999)
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="leasing uids and handing files to them needs root")

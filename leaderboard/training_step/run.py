@@ -58,7 +58,7 @@ def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: s
     began = time.monotonic()
     settings = config.as_dict()
     result = launch(lambda: types.SimpleNamespace(__file__=str(adapters_file)),
-                    "leaderboard.training_step.harness.run_rank", config.world_size, {"config": settings},
+                    "leaderboard.training_step.rank.run_rank", config.world_size, {"config": settings},
                     backend=backend, timeout_s=config.time_limit_s)
     seconds = time.monotonic() - began
 

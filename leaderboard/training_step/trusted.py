@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .harness import build_model, global_batch
+from .rank import build_model, global_batch
 
 
 def trusted_run(config: dict, device: str = "cpu") -> dict:
