@@ -7,7 +7,7 @@
 
 One flag means one thing in every command: ``--cpu`` runs the pipeline on a CPU (a small
 problem under Triton's interpreter; its times mean nothing; its records are marked
-``dry-run``), and ``--dry-run`` (batch only) prints what would run, shell-quoted, and runs
+``cpu``), and ``--dry-run`` (batch only) prints what would run, shell-quoted, and runs
 nothing. SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes (or a folder holding only that zip), read as the grader reads it.
 
@@ -53,7 +53,7 @@ def _store_left_behind(args: argparse.Namespace) -> str | None:
     replaces still holds records inside the code package (store.moved_store_message)."""
     if args.command not in ("run", "table", "batch"):
         return None
-    cpu = getattr(args, "cpu", False) or getattr(args, "dry_run_timing", False)
+    cpu = getattr(args, "cpu", False)
     store = args.store if args.store is not None else (None if cpu else DEFAULT_STORE)  # a CPU run records nowhere
     message = store and moved_store_message(store)
     return f"leaderboard {args.command}: {message}" if message else None
@@ -72,7 +72,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from autograder.intake import SubmissionRejected, copy_submission
 
-    args.dry_run = args.cpu
     with tempfile.TemporaryDirectory(prefix="cs336-leaderboard-zip-") as unpacked:
         source = Path(args.submission)
         try:
@@ -109,11 +108,11 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         except SubmissionError as error:
             print(f"leaderboard run: {zip_path}: {error}", file=sys.stderr)
             return 2
-    if not args.dry_run and not gpus.count():
+    if not args.cpu and not gpus.count():
         print(NO_GPU, file=sys.stderr)
         return 2
-    mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
-    store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
+    mode = "cpu" if args.cpu else "quick" if args.quick else "official"
+    store = args.store if args.store is not None else (None if args.cpu else DEFAULT_STORE)
     print(f"leaderboard run: {args.name} from {zip_path or directory} ({mode}, {args.repeats} timing(s))", flush=True)
     try:
         record = run_submission(directory, args.name, mode, args.repeats, store=None if zip_path else store,
@@ -129,7 +128,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         if store is not None:
             append_record(record, store)
     print(describe(record))
-    print(f"recorded in {store}" if store is not None else "not recorded (dry run; pass --store PATH to record)")
+    print(f"recorded in {store}" if store is not None else "not recorded (a --cpu run; pass --store PATH to record)")
     return 0 if record["accepted"] else 1
 
 
@@ -146,15 +145,13 @@ def cmd_table(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from leaderboard.selftest import run_selftest
 
-    args.dry_run = args.cpu
-
-    if not args.dry_run and not gpus.count():
+    if not args.cpu and not gpus.count():
         print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
         return 2
     from leaderboard.worker_setup import SandboxUnavailable
 
     try:
-        return run_selftest(args.out, dry_run=args.dry_run, only=args.only, unisolated=args.unisolated)
+        return run_selftest(args.out, cpu=args.cpu, only=args.only, unisolated=args.unisolated)
     except SandboxUnavailable as error:
         print(f"leaderboard selftest: cannot isolate the submissions: {error}", file=sys.stderr)
         return 2
@@ -194,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--cpu", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
     run.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
-    run.add_argument("--store", type=Path, default=None, help="results store (default records/leaderboard/records.jsonl; dry runs: none)")
+    run.add_argument("--store", type=Path, default=None, help="results store (default records/leaderboard/records.jsonl; --cpu runs: none)")
     run.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
     run.set_defaults(handler=cmd_run)
 
@@ -224,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "with --cpu, OUT/records.jsonl)")
     batch.add_argument("--table-out", type=Path, default=None, help="folder for leaderboard.md/png (default: the store's)")
     batch.add_argument("--quick", action="store_true", help="short timings (rep 1 s); not ranked")
-    batch.add_argument("--cpu", dest="dry_run_timing", action="store_true",
+    batch.add_argument("--cpu", action="store_true",
                        help="CPU: each run is a leaderboard run --cpu (tests the pipeline; times mean nothing)")
     batch.add_argument("--timing-dry-run", dest="old_timing_dry_run", action="store_true", help=argparse.SUPPRESS)
     batch.add_argument("--repeats", type=positive_int, default=1, help="official loops per run (default 1)")

@@ -167,9 +167,9 @@ def parent_matmul(mode: str):
     from leaderboard.timer_guard import capture_clock
 
     def measure():
-        problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
-        settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
-        return matmul_tflops(problem, settings, capture_clock(mode != "dry-run"))
+        problem = config.CPU_PROBLEM if mode == "cpu" else config.LEADERBOARD
+        settings = {"official": config.OFFICIAL, "quick": config.QUICK, "cpu": config.CPU_TIMING}[mode]
+        return matmul_tflops(problem, settings, capture_clock(mode != "cpu"))
 
     return measure
 

@@ -45,17 +45,17 @@ class Entry:
     expected: tuple[str, ...]
 
 
-def plan(dry_run: bool, only: list[str] | None = None, isolated: bool = True) -> list[Entry]:
+def plan(cpu: bool, only: list[str] | None = None, isolated: bool = True) -> list[Entry]:
     """The runs, reference first (so the GPU is warm and its clocks settled for the rest).
     Without isolation the attack fixtures are left out: they would succeed."""
-    entries = [Entry("reference", ROOT / "reference", "dry-run" if dry_run else "official", 1 if dry_run else REFERENCE_REPEATS, ())]
+    entries = [Entry("reference", ROOT / "reference", "cpu" if cpu else "official", 1 if cpu else REFERENCE_REPEATS, ())]
     for f in FIXTURES:
         if f.attack and not isolated:
             continue
-        if dry_run:
+        if cpu:
             if f.cpu_refusals is None:
                 continue
-            entries.append(Entry(f.name, f.path, "dry-run", 1, f.cpu_refusals))
+            entries.append(Entry(f.name, f.path, "cpu", 1, f.cpu_refusals))
         else:
             entries.append(Entry(f.name, f.path, "quick" if f.quick else "official", 1, f.gpu_refusals))
     if only:
@@ -92,7 +92,7 @@ def output_dir(out_dir: Path, only: list[str] | None) -> Path:
     return out_dir
 
 
-def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None, unisolated: bool = False) -> int:
+def run_selftest(out_dir: Path = DEFAULT_OUT, cpu: bool = False, only: list[str] | None = None, unisolated: bool = False) -> int:
     """Run the plan, print and write a summary; return 0 when every entry is as expected.
     Raises ``worker_setup.SandboxUnavailable`` when the submissions cannot be isolated."""
     out_dir = output_dir(out_dir, only)
@@ -101,7 +101,7 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
     store.unlink(missing_ok=True)  # the table and summary describe this run only
     started = time.monotonic()
     rows = []
-    entries = plan(dry_run, only, isolated=not unisolated or is_root())
+    entries = plan(cpu, only, isolated=not unisolated or is_root())
     for number, entry in enumerate(entries, start=1):
         print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
               f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
@@ -117,7 +117,7 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
                   seconds=time.monotonic() - started, where=env.get("gpu", "?"),
                   slowest=sorted(((entry.name, s) for entry, *_, s in rows), key=lambda item: -item[1])[:5],
                   version=f"code {code_version()}")
-    head = [f"`python -m leaderboard selftest{' --cpu' if dry_run else ''}` on {env.get('gpu', '?')} "
+    head = [f"`python -m leaderboard selftest{' --cpu' if cpu else ''}` on {env.get('gpu', '?')} "
             f"(torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, Python {env.get('python', '?')}), "
             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}."]
     table = ["| submission | mode | expected | verdict | time (ms) | as expected |",

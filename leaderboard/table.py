@@ -47,7 +47,7 @@ def _cell(value, fmt: str) -> str:
 
 def conditions(rows: list[dict]) -> list[str]:
     """The paragraphs above the table: the official conditions, and, where ranked rows were timed
-    otherwise (``--quick``, ``--dry-run``), what they measured, so that no row reads as official."""
+    otherwise (``--quick``, ``--cpu``), what they measured, so that no row reads as official."""
     other = [row for row in rows if row.get("mode") != "official"]
     if not other:
         return [CONDITIONS]

@@ -50,7 +50,7 @@ from pathlib import Path
 from leaderboard.machine import environment
 from tests import gpus
 
-MODES = ("official", "quick", "dry-run")
+MODES = ("official", "quick", "cpu")
 # What a confined worker may use (confine/limits.py), as the grader's executor: processes and
 # threads of its leased uid (a fork bomb stops there) and the largest file it may write.
 # The parent's wall-clock timeout bounds its time; CUDA's reservations rule out an address-space limit.
@@ -81,10 +81,10 @@ class Evaluation:
         self.submission = submission
         self.mode = mode
         self.repeats = repeats
-        self.cuda = mode != "dry-run"
-        self.problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
-        self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
-        self.limits = config.LIMITS_DRY_RUN if mode == "dry-run" else config.LIMITS
+        self.cuda = mode != "cpu"
+        self.problem = config.CPU_PROBLEM if mode == "cpu" else config.LEADERBOARD
+        self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "cpu": config.CPU_TIMING}[mode]
+        self.limits = config.LIMITS_CPU if mode == "cpu" else config.LIMITS
         self.tolerances = GATE_TOLERANCES[self.problem.dtype]
         self.channel = channel
         self.seed = seed
@@ -416,7 +416,7 @@ class Evaluation:
         self.untampered("after timing")
 
 
-# The @triton.jit functions Triton's interpreter launched (dry runs; see main()).
+# The @triton.jit functions Triton's interpreter launched (``--cpu`` runs; see main()).
 LAUNCH_LOG = None
 
 
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     channel.send("hello", uid=os.getuid(), gid=os.getgid(), network_confined=identity.network_confined)
 
     # Must be settled before triton is first imported (leaderboard.config imports torch).
-    if args.mode == "dry-run":
+    if args.mode == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     elif os.environ.get("TRITON_INTERPRET") == "1":
         channel.send("refused", refusals=[{"code": "error", "message": "TRITON_INTERPRET=1 is set for a GPU run"}])
@@ -471,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch._dynamo  # noqa: F401  (imported before the snapshot: it is ours, not the submission's)
     import triton.testing  # noqa: F401
 
-    if args.mode == "dry-run":
-        # One thread: a dry run's times mean nothing, and on a shared CPU several busy-waiting
+    if args.mode == "cpu":
+        # One thread: a --cpu run's times mean nothing, and on a shared CPU several busy-waiting
         # threads per process make every small operation many times slower.
         torch.set_num_threads(1)
         record_interpreted_launches()

@@ -253,7 +253,7 @@ def worker_env(mode: str, dirs: SandboxDirs) -> dict[str, str]:
         TRITON_CACHE_DIR=str(cache / "triton"),
         TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
     )
-    if mode == "dry-run":
+    if mode == "cpu":
         env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     else:
         # Compile in the worker itself: a pool of compile processes per run costs more to

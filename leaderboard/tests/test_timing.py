@@ -2,7 +2,7 @@
 
 import pytest
 
-from leaderboard.config import DRY, DRY_RUN
+from leaderboard.config import CPU_TIMING, CPU_PROBLEM
 from leaderboard.timing import Timing, matmul_tflops, official_inputs, time_calls, time_official, time_random_dO
 from leaderboard.timer_guard import CapturedClock
 
@@ -26,10 +26,10 @@ def test_plain_timer_excludes_warmup_and_synchronizes_each_call():
     fake = FakeClock()
     clock = CapturedClock(fake.perf_counter, fake.synchronize, None, None, lambda xs: sorted(xs)[len(xs) // 2])
     calls = []
-    timing = time_calls(lambda: calls.append(1), DRY, clock)
-    assert len(calls) == DRY.plain_warmup_calls + DRY.plain_calls
-    assert timing.times_ms == [1000.0] * DRY.plain_calls  # one clock tick per call
-    assert fake.syncs == 2 * DRY.plain_calls
+    timing = time_calls(lambda: calls.append(1), CPU_TIMING, clock)
+    assert len(calls) == CPU_TIMING.plain_warmup_calls + CPU_TIMING.plain_calls
+    assert timing.times_ms == [1000.0] * CPU_TIMING.plain_calls  # one clock tick per call
+    assert fake.syncs == 2 * CPU_TIMING.plain_calls
 
 
 def test_timing_statistics():
@@ -39,8 +39,8 @@ def test_timing_statistics():
 
 
 def test_official_inputs_are_views_of_one_leaf_and_accumulate_gradients():
-    q, k, v = official_inputs(DRY_RUN)
-    assert q._base is k._base is v._base and q._base.requires_grad and q._base.shape == (3, *DRY_RUN.shape)
+    q, k, v = official_inputs(CPU_PROBLEM)
+    assert q._base is k._base is v._base and q._base.requires_grad and q._base.shape == (3, *CPU_PROBLEM.shape)
     seen = []
 
     def fake_flash(q, k, v, is_causal):
@@ -48,16 +48,16 @@ def test_official_inputs_are_views_of_one_leaf_and_accumulate_gradients():
         return q * k + v
 
     clock = CapturedClock(lambda: 0.0, lambda: None, None, None, None)
-    timings = time_official(fake_flash, DRY_RUN, DRY, clock, repeats=2)
+    timings = time_official(fake_flash, CPU_PROBLEM, CPU_TIMING, clock, repeats=2)
     assert len(timings) == 2 and all(seen)
-    assert len(seen) == 2 * (DRY.plain_warmup_calls + DRY.plain_calls)
-    random = time_random_dO(fake_flash, DRY_RUN, DRY, clock)
-    assert len(random.times_ms) == DRY.plain_calls
+    assert len(seen) == 2 * (CPU_TIMING.plain_warmup_calls + CPU_TIMING.plain_calls)
+    random = time_random_dO(fake_flash, CPU_PROBLEM, CPU_TIMING, clock)
+    assert len(random.times_ms) == CPU_TIMING.plain_calls
 
 
 def test_cpu_matmul_rate_is_positive():
     import time
 
     clock = CapturedClock(time.perf_counter, lambda: None, None, None, None)
-    tflops, label = matmul_tflops(DRY_RUN, DRY, clock)
+    tflops, label = matmul_tflops(CPU_PROBLEM, CPU_TIMING, clock)
     assert tflops > 0 and label == "256^3 float32"

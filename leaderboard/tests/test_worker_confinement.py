@@ -112,7 +112,7 @@ def test_unconfined_the_attack_reaches_the_hosts_loopback(attack, monkeypatch, c
 
     submission, listener = attack
     monkeypatch.setattr(leaderboard.worker_setup, "is_root", lambda: False)
-    record = run_submission(submission, "attack", mode="dry-run", unisolated=True)
+    record = run_submission(submission, "attack", mode="cpu", unisolated=True)
     assert record["isolation"].startswith("none"), record["isolation"]
     assert "attack: sent to the host's loopback" in capfd.readouterr().err
     assert b"the gate's inputs" in listener.received
@@ -120,7 +120,7 @@ def test_unconfined_the_attack_reaches_the_hosts_loopback(attack, monkeypatch, c
 
 def test_a_confined_worker_reaches_nothing_on_the_host_and_leaves_no_file(attack, capfd):
     submission, listener = attack
-    record = run_submission(submission, "attack", mode="dry-run")
+    record = run_submission(submission, "attack", mode="cpu")
     assert record["isolation"].startswith("uid "), record["isolation"]
     uid = int(record["isolation"].split()[1])
     err = capfd.readouterr().err

@@ -7,5 +7,5 @@ to the submission's ``adapters.get_training_step``, runs a few steps for the cor
 then times the step itself; the verdicts (``verdict.py``) are made in the parent process
 against a trusted single-process run (``trusted.py``). See README.md, "The training-step board".
 
-    python -m leaderboard.training_step run path/to/submission --dry-run   # CPU, gloo, tiny config
+    python -m leaderboard.training_step run path/to/submission --cpu   # CPU, gloo, tiny config
 """

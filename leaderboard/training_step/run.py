@@ -2,7 +2,7 @@
 
 Read by ``__main__.py`` and leaderboard/tests/test_training_step_cpu.py. The submission runs
 only in the ranks (started by part 2's launcher); this process builds the trusted run and
-makes the verdict. A dry run uses the tiny config with gloo on the CPU; the official run uses
+makes the verdict. A ``--cpu`` run uses the tiny config with gloo on the CPU; the official run uses
 NCCL on two GPUs.
 """
 
