@@ -8,7 +8,7 @@ front door. The steps:
 2. refuse to go on unless the submission can be isolated: as root, the hidden tests and the
    reference become readable by root only, and each test process (the harness) runs the
    submission in an executor under its own leased user id (confine/uid_pool.py,
-   tests/executor/); not as root, only with ``--unisolated``;
+   tests/executor/); not as root, only with ``--same-user``;
 3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
    chains of processes at a time, with test files packed into chains by their expected
    durations (autograder/schedule.py);
@@ -65,7 +65,7 @@ class GradeOptions:
     test_timeout_s: float | None = None
     total_timeout_s: float | None = None
     require_gpu: bool = False
-    unisolated: bool = False
+    same_user: bool = False
     jobs: int | None = None
     leaderboard: list | None = None
     verbose: bool = False
@@ -302,9 +302,9 @@ def grade(options: GradeOptions) -> GradeReport:
         user = "its own unprivileged user id (one per test process)" if isolated else None
         python, python_env = sys.executable, {}
         refusal = None
-        if not isolated and not options.unisolated:
+        if not isolated and not options.same_user:
             refusal = ("the grader is not running as root, so it cannot run the submission as an unprivileged user "
-                       "apart from the tests; run it as root (sudo), or pass --unisolated to grade code you trust "
+                       "apart from the tests; run it as root (sudo), or pass --same-user to grade code you trust "
                        "(such as the reference) as yourself")
         elif isolated:
             with uid_pool.leased() as probe:
@@ -352,7 +352,7 @@ def grade(options: GradeOptions) -> GradeReport:
                       if len(together) < len(chains) else "")
         printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
                     f"per-test limit {test_timeout:.0f} s; "
-                    + (f"the submission runs as {user}" if user else "the submission runs as this user (--unisolated)"))
+                    + (f"the submission runs as {user}" if user else "the submission runs as this user (--same-user)"))
 
         def problem_of(nodeid: str) -> str:
             problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])

@@ -1,8 +1,8 @@
 """Command line of the leaderboard (staff run it; ``--help`` on each command says more).
 
-    python -m leaderboard run SUBMISSION --name NAME [--quick] [--cpu] [--repeats N] [--store PATH] [--unisolated]
+    python -m leaderboard run SUBMISSION --name NAME [--quick] [--cpu] [--repeats N] [--store PATH] [--same-user]
     python -m leaderboard table [--store PATH] [--out DIR] [--all]
-    python -m leaderboard selftest [--cpu] [--out DIR] [--only NAME ...] [--unisolated]
+    python -m leaderboard selftest [--cpu] [--out DIR] [--only NAME ...] [--same-user]
     python -m leaderboard batch EXPORT [--out DIR] [--cluster local|slurm] [--gpus auto] [--quick] [--cpu] [--dry-run]
 
 One flag means one thing in every command: ``--cpu`` runs the pipeline on a CPU (a small
@@ -14,7 +14,7 @@ make_submission.sh writes (or a folder holding only that zip), read as the grade
 Run ``run`` and ``selftest`` as root: the submission then runs as an unprivileged uid of its own.
 
 Exit status of ``run``: 0 accepted, 1 refused, 2 could not run (no GPU, no such submission, or
-no isolation: not root without ``--unisolated``, or a kit or interpreter the sandbox uid could
+no isolation: not root without ``--same-user``, or a kit or interpreter the sandbox uid could
 write or not read).
 """
 
@@ -33,9 +33,10 @@ NO_GPU = (
     "Triton's interpreter; its times mean nothing and it is not recorded unless --store is given)."
 )
 
-UNISOLATED_HELP = (
-    "without root: run the submission as yourself, with nothing between it and your files (only for code you trust; "
-    "as root the submission always runs as an unprivileged uid of its own)"
+SAME_USER_HELP = (
+    "without root: let the worker run as yourself instead of refusing. It is still a separate process, but "
+    "nothing stands between it and your files: only for code you trust. As root the worker always runs as "
+    "an unprivileged uid of its own. (Formerly --unisolated, still accepted.)"
 )
 
 
@@ -116,7 +117,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
     print(f"leaderboard run: {args.name} from {zip_path or directory} ({mode}, {args.repeats} timing(s))", flush=True)
     try:
         record = run_submission(directory, args.name, mode, args.repeats, store=None if zip_path else store,
-                                unisolated=args.unisolated)
+                                same_user=args.same_user)
     except SandboxUnavailable as error:
         print(f"leaderboard run: cannot isolate the submission: {error}", file=sys.stderr)
         return 2
@@ -151,7 +152,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from leaderboard.worker_setup import SandboxUnavailable
 
     try:
-        return run_selftest(args.out, cpu=args.cpu, only=args.only, unisolated=args.unisolated)
+        return run_selftest(args.out, cpu=args.cpu, only=args.only, same_user=args.same_user)
     except SandboxUnavailable as error:
         print(f"leaderboard selftest: cannot isolate the submissions: {error}", file=sys.stderr)
         return 2
@@ -192,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
     run.add_argument("--store", type=Path, default=None, help="results store (default records/leaderboard/records.jsonl; --cpu runs: none)")
-    run.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
+    run.add_argument("--same-user", action="store_true", help=SAME_USER_HELP)
+    run.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)  # the old spelling
     run.set_defaults(handler=cmd_run)
 
     table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
@@ -206,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default records/leaderboard/selftest; with --only, a subfolder only-NAMES of it)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
-    selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
+    selftest.add_argument("--same-user", action="store_true", help=SAME_USER_HELP)
+    selftest.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)
     selftest.set_defaults(handler=cmd_selftest)
 
     from autograder.batch.driver import add_flags

@@ -5,7 +5,7 @@ Staff read this file to know what is recorded and where the submission's code ru
 submission never runs in this process. The parent reads the submission's files once, by the
 grader's rule (tests/submission.py; a submission with a file that breaks it is not timed), into
 its own copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes;
-leases a sandbox uid (``worker_setup``; without root it refuses to run unless ``unisolated``), and
+leases a sandbox uid (``worker_setup``; without root it refuses to run unless ``same_user``), and
 starts the worker there with a clean environment, a seed for every checked input, the
 submission's kernel names and one pipe. Nothing else of the parent reaches the worker: not the
 store's path, not the parent's environment, not the kit (the worker's modules are copied). The
@@ -181,26 +181,26 @@ def run_submission(
     repeats: int = 1,
     store: Path | None = None,
     timeout_s: float | None = None,
-    unisolated: bool = False,
+    same_user: bool = False,
 ) -> dict:
     """Check and time one submission; return its record (appended to ``store`` unless None).
 
     Raises ``worker_setup.SandboxUnavailable`` when the worker cannot be isolated: the parent is not
-    root and ``unisolated`` is False, or ``worker_setup.preflight`` finds the isolation would not hold;
+    root and ``same_user`` is False, or ``worker_setup.preflight`` finds the isolation would not hold;
     ``SubmissionError`` when a file of the submission breaks the rules (``submission_files``).
     """
     from contextlib import nullcontext
 
     from leaderboard.kernels import submission_triton_names
-    from leaderboard.worker_setup import UNISOLATED_HINT, Identity, SandboxUnavailable, is_root, lease_uid, preflight
+    from leaderboard.worker_setup import SAME_USER_HINT, Identity, SandboxUnavailable, is_root, lease_uid, preflight
     from leaderboard.verdict import Run, judge
 
     directory = Path(directory).resolve()
     started = time.monotonic()
     files = submission_files(directory)
     run = Run(mode, repeats, secrets.randbits(31), submission_triton_names(files))
-    if not is_root() and not unisolated:
-        raise SandboxUnavailable(f"the leaderboard runs as uid {os.geteuid()}, not root: {UNISOLATED_HINT}")
+    if not is_root() and not same_user:
+        raise SandboxUnavailable(f"the leaderboard runs as uid {os.geteuid()}, not root: {SAME_USER_HINT}")
     with lease_uid() if is_root() else nullcontext(Identity(None, None)) as identity:
         preflight(identity, store)
         observed = run_worker(files, run, timeout_s or WORKER_TIMEOUT_S[mode], identity)
@@ -213,7 +213,7 @@ def run_submission(
         submission=_display_path(directory),
         submission_hash=files_hash(files),
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        isolation=f"uid {identity.uid}" if identity.isolated else "none (--unisolated)",
+        isolation=f"uid {identity.uid}" if identity.isolated else "none (--same-user)",
         run_s=round(time.monotonic() - started, 1),
     )
     if store is not None:

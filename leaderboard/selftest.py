@@ -92,7 +92,7 @@ def output_dir(out_dir: Path, only: list[str] | None) -> Path:
     return out_dir
 
 
-def run_selftest(out_dir: Path = DEFAULT_OUT, cpu: bool = False, only: list[str] | None = None, unisolated: bool = False) -> int:
+def run_selftest(out_dir: Path = DEFAULT_OUT, cpu: bool = False, only: list[str] | None = None, same_user: bool = False) -> int:
     """Run the plan, print and write a summary; return 0 when every entry is as expected.
     Raises ``worker_setup.SandboxUnavailable`` when the submissions cannot be isolated."""
     out_dir = output_dir(out_dir, only)
@@ -101,12 +101,12 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, cpu: bool = False, only: list[str]
     store.unlink(missing_ok=True)  # the table and summary describe this run only
     started = time.monotonic()
     rows = []
-    entries = plan(cpu, only, isolated=not unisolated or is_root())
+    entries = plan(cpu, only, isolated=not same_user or is_root())
     for number, entry in enumerate(entries, start=1):
         print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
               f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
         began = time.monotonic()
-        record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store, unisolated=unisolated)
+        record = run_submission(entry.path, entry.name, entry.mode, entry.repeats, store=store, same_user=same_user)
         print(describe(record), flush=True)
         ok, note = judge(entry, record)
         rows.append((entry, record, ok, note, time.monotonic() - began))

@@ -19,7 +19,7 @@ the parent (root):
 
 ``preflight`` refuses to start (``SandboxUnavailable``, exit status 2) when the kit, the store
 or the interpreter is writable by the uid, or when the parent is not root and the run was not
-explicitly ``--unisolated``.
+explicitly ``--same-user``.
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ PASSED_VARIABLES = (
     "CC",
     "CXX",
 )
-UNISOLATED_HINT = (
+SAME_USER_HINT = (
     "run the leaderboard as root, so that the student code runs as an unprivileged uid of its own "
-    "that cannot write the kit or the results store; or pass --unisolated to run code you trust "
+    "that cannot write the kit or the results store; or pass --same-user to run code you trust "
     "(your own) as yourself"
 )
 
@@ -99,7 +99,7 @@ def is_root() -> bool:
 
 @dataclass(frozen=True)
 class Identity:
-    """Who the worker runs as: a leased uid and gid, or None for both (``--unisolated``)."""
+    """Who the worker runs as: a leased uid and gid, or None for both (``--same-user``)."""
 
     uid: int | None
     gid: int | None
