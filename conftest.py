@@ -46,7 +46,10 @@ def pytest_addoption(parser):
         "(default: $CS336_SUBMISSION, else the directory of this conftest.py)",
     )
     group = parser.getgroup("executor", "running the submission in its own process (as the grader does)")
-    group.addoption("--isolate", action="store_true", help="run the submission in a separate executor process")
+    group.addoption("--isolate", action="store_true",
+                    help="run the submission in a separate process, the executor, which the tests reach only "
+                    "through a narrow protocol (the grader always does, and as root also gives it a user id of "
+                    "its own with --executor-uid)")
     group.addoption("--executor-dir", default=None, help="folder for the executor's files (default: a temp folder)")
     group.addoption("--executor-uid", type=int, default=None, help="user id the executor runs as (needs root)")
     group.addoption("--executor-gid", type=int, default=None, help="group id the executor runs as (needs root)")

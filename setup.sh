@@ -59,6 +59,6 @@ bash autograder/batch/install_slurm.sh || echo "[setup] slurm: continuing withou
 echo "[setup] grading the bundled reference submission (results/reference/results.json)"
 isolation=()
 if [ "$(id -u)" != 0 ]; then
-    isolation=(--unisolated)  # the bundled reference is our own code; student code is graded as root
+    isolation=(--same-user)  # the bundled reference is our own code; student code is graded as root
 fi
 exec .venv/bin/python -m autograder grade reference --out results/reference "${isolation[@]}" ${CS336_SETUP_GRADE_FLAGS:-}

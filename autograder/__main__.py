@@ -36,7 +36,7 @@ def _grade(args: argparse.Namespace) -> int:
         test_timeout_s=args.test_timeout,
         total_timeout_s=args.timeout,
         require_gpu=args.require_gpu,
-        unisolated=args.unisolated,
+        same_user=args.same_user,
         jobs=args.jobs,
         leaderboard=leaderboard,
         verbose=args.verbose,
@@ -133,9 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--test-timeout", type=float, help="seconds one test may run (default: manifest)")
     grade.add_argument("--timeout", type=float, help="seconds the whole grade may run (default: manifest)")
     grade.add_argument("--require-gpu", action="store_true", help="fail (exit 2) when no CUDA GPU is present")
-    grade.add_argument("--unisolated", action="store_true",
-                       help="when not root: run the submission as this user (only for code you trust, such as "
-                            "the reference); without it a grade that cannot isolate the submission refuses to run")
+    grade.add_argument("--same-user", action="store_true",
+                       help="when not root: let each executor (the separate process that runs the submission, "
+                            "pytest --isolate) run as this user instead of refusing; only for code you trust, such "
+                            "as the reference. As root every executor runs as an unprivileged user id of its own. "
+                            "(Formerly --unisolated, still accepted.)")
+    grade.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)  # the old spelling
     grade.add_argument("--jobs", type=int, help="test process chains at a time (default: up to 4 on a CPU; up to 8 on a GPU "
                             "runner, at most half the CPUs and one per 16 GiB of GPU memory)")
     grade.add_argument("--leaderboard-json", help="JSON with the submission's leaderboard time(s) to report")

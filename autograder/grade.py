@@ -1,14 +1,14 @@
-"""Grade one submission: sandbox it, run the visible and hidden suites, write results.json.
+"""Grade one submission: take it in, run the visible and hidden suites, write results.json.
 
 Read by staff who run or change the grader; ``python -m autograder grade --help`` is the
 front door. The steps:
 
-1. copy the submission's ``adapters.py`` and ``cs336_systems/**/*.py`` into a fresh sandbox
-   (autograder/sandbox.py), leaving everything else out;
+1. copy the submission's ``adapters.py`` and ``cs336_systems/**/*.py`` into a fresh folder
+   (autograder/intake.py), leaving everything else out;
 2. refuse to go on unless the submission can be isolated: as root, the hidden tests and the
    reference become readable by root only, and each test process (the harness) runs the
    submission in an executor under its own leased user id (confine/uid_pool.py,
-   tests/executor/); not as root, only with ``--unisolated``;
+   tests/executor/); not as root, only with ``--same-user``;
 3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
    chains of processes at a time, with test files packed into chains by their expected
    durations (autograder/schedule.py);
@@ -36,7 +36,7 @@ from autograder.python_mirror import interpreter_paths, library_path, mirrored_p
 from autograder.redaction import hidden_text, shown_nodeid
 from autograder.results import results_json, slowest_line, write_results
 from autograder.runner import KIT, SuiteRun, SuiteSpec, Verdict, base_env, run_suite
-from autograder.sandbox import SandboxReport, SubmissionRejected, build_sandbox
+from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
@@ -65,7 +65,7 @@ class GradeOptions:
     test_timeout_s: float | None = None
     total_timeout_s: float | None = None
     require_gpu: bool = False
-    unisolated: bool = False
+    same_user: bool = False
     jobs: int | None = None
     leaderboard: list | None = None
     verbose: bool = False
@@ -83,11 +83,11 @@ class GradeReport:
     table: str
     tests: list = field(default_factory=list)
     runs: list[SuiteRun] = field(default_factory=list)
-    sandbox: SandboxReport | None = None
+    intake: IntakeReport | None = None
     seconds: float = 0.0
     results_path: Path | None = None
     exit_code: int = 0
-    sandbox_user: str | None = None
+    executor_user: str | None = None
 
 
 class _Printer:
@@ -151,7 +151,7 @@ def _readable_as(uid: int, gid: int, paths: list[Path]) -> list[bool]:
     return [flag == "1" for flag in answer.ljust(len(paths), "0")]
 
 
-def _sandbox_python(uid: int, gid: int, kit: Path) -> tuple[str | None, dict[str, str], str | None]:
+def _executor_python(uid: int, gid: int, kit: Path) -> tuple[str | None, dict[str, str], str | None]:
     """The python the harness and its executors run, extra environment for it, and why if none can.
 
     None means an executor's user cannot read the installed packages, so the submission cannot
@@ -285,30 +285,30 @@ def grade(options: GradeOptions) -> GradeReport:
         return GradeReport(results, message, seconds=time.monotonic() - started, results_path=path, exit_code=2)
 
     private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
-    shared = Path(tempfile.mkdtemp(prefix="cs336-sandbox-"))
+    shared = Path(tempfile.mkdtemp(prefix="cs336-grade-shared-"))
     try:
         shared.chmod(0o711)  # traversable by the executors, listable and readable by no one else
-        sandbox_dir = shared / "submission"
+        submission_dir = shared / "submission"
         try:
-            sandbox = build_sandbox(options.submission, sandbox_dir, link_roots=kit_link_roots(kit))
+            intake = copy_submission(options.submission, submission_dir, link_roots=kit_link_roots(kit))
         except SubmissionRejected as error:  # a corrupt zip, or one over the limits: no test runs
             return _rejected(options, manifest, problems, error, started)
         except SubmissionNotFound as error:
             notes.append(f"no submission found: {error}")
-            shutil.rmtree(sandbox_dir, ignore_errors=True)
-            sandbox = build_sandbox(private / "empty-upload", sandbox_dir)
-        sandbox_dir.chmod(0o700)  # only the harness (root) reads it; each executor gets a copy of its own
+            shutil.rmtree(submission_dir, ignore_errors=True)
+            intake = copy_submission(private / "empty-upload", submission_dir)
+        submission_dir.chmod(0o700)  # only the harness (root) reads it; each executor gets a copy of its own
         isolated = os.geteuid() == 0
         user = "its own unprivileged user id (one per test process)" if isolated else None
         python, python_env = sys.executable, {}
         refusal = None
-        if not isolated and not options.unisolated:
+        if not isolated and not options.same_user:
             refusal = ("the grader is not running as root, so it cannot run the submission as an unprivileged user "
-                       "apart from the tests; run it as root (sudo), or pass --unisolated to grade code you trust "
+                       "apart from the tests; run it as root (sudo), or pass --same-user to grade code you trust "
                        "(such as the reference) as yourself")
         elif isolated:
             with uid_pool.leased() as probe:
-                found, python_env, why = _sandbox_python(probe.uid, probe.gid, kit)
+                found, python_env, why = _executor_python(probe.uid, probe.gid, kit)
             refusal = None if found else f"the submission cannot be isolated: {why}"
             python = found or python
             _protect_staff_files(kit)
@@ -347,12 +347,12 @@ def grade(options: GradeOptions) -> GradeReport:
         at_once = min(jobs, max(1, len(together)))
         test_timeout = options.test_timeout_s or settings.test_timeout_s
         deadline = started + (options.total_timeout_s or settings.total_timeout_s)
-        printer.say(f"grade: {options.submission} ({sandbox.summary().splitlines()[0]})")
+        printer.say(f"grade: {options.submission} ({intake.summary().splitlines()[0]})")
         alone_note = (f", then {len(chains) - len(together)} alone (they compare GPU timings)"
                       if len(together) < len(chains) else "")
         printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
                     f"per-test limit {test_timeout:.0f} s; "
-                    + (f"the submission runs as {user}" if user else "the submission runs as this user (--unisolated)"))
+                    + (f"the submission runs as {user}" if user else "the submission runs as this user (--same-user)"))
 
         def problem_of(nodeid: str) -> str:
             problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
@@ -362,7 +362,7 @@ def grade(options: GradeOptions) -> GradeReport:
         threads_each = max(1, cpus // at_once)
         specs = [
             SuiteSpec(
-                name=chain.suite, files=chain.files, sandbox=sandbox_dir, workdir=workdir,
+                name=chain.suite, files=chain.files, submission=submission_dir, workdir=workdir,
                 private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
                 crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
                 keyword=options.keyword, select=options.tests, executor_uids=isolated,
@@ -391,7 +391,7 @@ def grade(options: GradeOptions) -> GradeReport:
     runner = (f"GPU runner (CUDA available, {present} GPU{'s' * (present != 1)})" if present
               else "CPU runner (no CUDA: Triton runs in its interpreter)")
     restarts = sum(run.restarts for run in merged)
-    lines = [f"Graded on a {runner} in {seconds:.1f} s.", "", table, "", "Submission: " + sandbox.summary()]
+    lines = [f"Graded on a {runner} in {seconds:.1f} s.", "", table, "", "Submission: " + intake.summary()]
     if restarts:
         lines.append(f"The test process was restarted {restarts} time(s) after a crash, hang or tampering; "
                      "see the failed tests' messages.")
@@ -401,7 +401,7 @@ def grade(options: GradeOptions) -> GradeReport:
         lines.append(slowest)
     output = "\n".join(lines)
     results = results_json(tests, manifest, execution_time=seconds, output=output, leaderboard=options.leaderboard,
-                           gpus_present=present, no_test_ran=_no_test_ran(sandbox, notes))
+                           gpus_present=present, no_test_ran=_no_test_ran(intake, notes))
     path = None
     if options.out is not None:
         path = options.out / "results.json"
@@ -414,12 +414,12 @@ def grade(options: GradeOptions) -> GradeReport:
         if path:
             print(f"results: {path}")
         print(f"grade: finished in {seconds:.1f} s", flush=True)
-    return GradeReport(results, table, tests, merged, sandbox, seconds, path, 0, user)
+    return GradeReport(results, table, tests, merged, intake, seconds, path, 0, user)
 
 
 def _rejected(options: GradeOptions, manifest: Manifest, problems, error: SubmissionRejected,
               started: float) -> GradeReport:
-    """The grade of a submission the sandbox refused: every selected problem scores 0 with the reason."""
+    """The grade of a submission the intake refused: every selected problem scores 0 with the reason."""
     message = str(error)
     tests = rejected_tests(problems, message)
     table = format_table(tests, problems)
@@ -439,12 +439,12 @@ def _rejected(options: GradeOptions, manifest: Manifest, problems, error: Submis
     return GradeReport(results, table, tests, [], error.report, seconds, path, 0, None)
 
 
-def _no_test_ran(sandbox, notes: list[str]) -> str | None:
+def _no_test_ran(intake, notes: list[str]) -> str | None:
     """Why no test could grade this submission (its tests all ran, and all failed for it), or None."""
     missing = [note for note in notes if note.startswith("no submission found")]
     if missing:
         return missing[0]
-    if sandbox is not None and sandbox.no_adapters:
+    if intake is not None and intake.no_adapters:
         return "the submission has no adapters.py at its top level: every test failed importing it"
     return None
 

@@ -80,7 +80,7 @@ def _crash_line(report) -> str:
 
 
 class GraderPlugin:
-    """Registered by autograder/sandboxed_pytest.py; see the module docstring for the protocol."""
+    """Registered by autograder/harness_pytest.py; see the module docstring for the protocol."""
 
     def __init__(self, *, key_fd: int, record_fd: int, run_only: list[str] | None,
                  shards: dict[str, tuple[list[int], int]] | None = None):

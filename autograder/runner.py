@@ -1,8 +1,8 @@
-"""Run one test suite against a sandboxed submission in separate pytest processes, and survive it.
+"""Run one test suite against a submission's intake copy in separate pytest processes, and survive it.
 
 Read by staff changing how tests are run. The grader (autograder/grade.py) calls
 ``run_suite`` once per suite (visible ``tests/``, hidden ``autograder/hidden_tests/``). It
-starts ``autograder/sandboxed_pytest.py`` with a clean environment and reads the signed
+starts ``autograder/harness_pytest.py`` with a clean environment and reads the signed
 records of autograder/pytest_plugin.py from a pipe, under a watchdog:
 
 - a test that runs past its time limit is killed with its whole process group (its time is the
@@ -44,7 +44,7 @@ PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 STARTUP_TIMEOUT_S = 300.0
 _MAX_LINE = 1 << 20
 # CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile;
-# CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/sandboxed_pytest.py).
+# CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/harness_pytest.py).
 _PASSED_THROUGH = (
     "CUDA_", "NVIDIA_", "TRITON_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -70,7 +70,7 @@ class SuiteSpec:
 
     name: str
     files: list[Path]
-    sandbox: Path
+    submission: Path
     workdir: Path
     private_dir: Path
     problem_of: Callable[[str], str]
@@ -127,7 +127,7 @@ def base_env(python: str, threads: int, extra_env: dict[str, str]) -> dict[str, 
         if name in env or not name.startswith(_PASSED_THROUGH):
             continue
         if name.startswith("TRITON_") and (name.endswith("_DIR") or name == "TRITON_HOME"):
-            continue  # Triton's caches and dumps stay inside the sandbox
+            continue  # Triton's caches and dumps stay inside the grade's work dir
         env[name] = value
     for name, value in extra_env.items():
         env[name] = f"{value}:{env[name]}" if name == "LD_LIBRARY_PATH" and name in env else value
@@ -135,7 +135,7 @@ def base_env(python: str, threads: int, extra_env: dict[str, str]) -> dict[str, 
 
 
 def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
-    """A clean environment: ``base_env`` plus home, temp and cache folders in the sandbox's work dir."""
+    """A clean environment: ``base_env`` plus home, temp and cache folders in the grade's work dir."""
     work = spec.workdir
     env = base_env(spec.python, spec.threads, spec.extra_env)
     env.update({
@@ -168,7 +168,7 @@ def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int
         "--basetemp", str(spec.workdir / "pytest-tmp"),
         # where a test hung: pytest prints every thread's stack just before the wall-clock backstop
         "-o", f"faulthandler_timeout={max(1.0, WALL_FACTOR * spec.test_timeout_s - 1.5):.1f}",
-        "--submission", str(spec.sandbox),
+        "--submission", str(spec.submission),
         "--isolate", "--executor-dir", str(executor_dir),
         "--executor-limits", json.dumps(spec.executor_limits),
         # the executor gives up first, so that the harness can still report the test (the watchdog kills at the limit)
@@ -202,7 +202,7 @@ class _Child:
         uid = self.lease.uid if self.lease else None
         executor_dir = spec.workdir / f"executor-{spec.name}{spec.shard}-{index}"
         log = open(self.log_path, "wb")
-        script = str(Path(__file__).resolve().parent / "sandboxed_pytest.py")
+        script = str(Path(__file__).resolve().parent / "harness_pytest.py")
         env = child_env(spec, self.run_id)
         arguments = pytest_args(spec, files, executor_dir, uid)
         zygote = spec.zygote if spec.zygote is not None and spec.zygote.alive else None

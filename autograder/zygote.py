@@ -4,7 +4,7 @@ Read by staff chasing the grader's speed. Starting a test process costs seconds 
 Hypothesis alone take most of it), and the grader starts one per suite plus one after every
 crash. The zygote is a root process, started by the grader with the same clean environment and
 interpreter as any test process, that imports those libraries and then only forks: each child
-sets its own environment, folder and file descriptors and runs autograder/sandboxed_pytest.py
+sets its own environment, folder and file descriptors and runs autograder/harness_pytest.py
 as if it had been started fresh. The zygote never imports test or student code and holds no
 secret (each run's key reaches only its child, through a pipe). It never touches CUDA, so
 children can. It is a child subreaper: a daemon that a test process leaves behind becomes the
@@ -55,10 +55,10 @@ def _child(request: dict, received: list[int], control: socket.socket) -> None:
         import torch
 
         torch.set_num_threads(max(1, int(request["env"].get("OMP_NUM_THREADS", "1"))))
-        from autograder import sandboxed_pytest
+        from autograder import harness_pytest
 
         sys.argv = list(request["argv"])
-        code = sandboxed_pytest.main(request["argv"][1:])
+        code = harness_pytest.main(request["argv"][1:])
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
     except BaseException:  # noqa: BLE001 - report and exit, never return into the zygote loop

@@ -102,7 +102,7 @@ def time_impl(fn, shape4d: bool, batch, seq, d, dtype, warmup_ms, rep_ms) -> tup
     bwd = bench(lambda: o.backward(dO, retain_graph=True))
     del o
 
-    def fwd_bwd():  # the leaderboard harness
+    def fwd_bwd():  # the leaderboard's official timing
         fn(q, k, v, True).sum().backward()
 
     both = bench(fwd_bwd)

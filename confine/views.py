@@ -13,7 +13,7 @@ as root, before the drop:
   only the entries the interpreter needs (bind mounts of them), so the worker sees the same
   paths and nothing else of that directory (``make_views``).
 
-Without root (``--unisolated``) none of this runs. The grader's executor has no views: its
+Without root (``--same-user``) none of this runs. The grader's executor has no views: its
 grade stops, with a message, where the uid cannot read the interpreter.
 """
 

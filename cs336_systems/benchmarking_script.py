@@ -2,7 +2,7 @@
 
 You write three things here (see handout/README.md, §1.1):
 
-1. ``time_steps``: the timing harness. Everything else in this assignment that reports a time
+1. ``time_steps``: the timer. Everything else in this assignment that reports a time
    on a CPU clock uses it, so get it right first.
 2. ``benchmark_model``: builds one model size and times one kind of step with ``time_steps``.
 3. ``main``: the command line that benchmarks model sizes × context lengths × modes and prints
@@ -11,7 +11,7 @@ You write three things here (see handout/README.md, §1.1):
        python -m cs336_systems.benchmarking_script --model-size small medium \\
            --context-length 128 256 --mode forward forward_backward train_step
 
-Why the harness has the shape it has: CUDA calls return as soon as the work is queued, so a
+Why the timer has the shape it has: CUDA calls return as soon as the work is queued, so a
 timer read right after ``model(x)`` measures how long it took to *queue* the kernels, not to
 run them. ``torch.cuda.synchronize()`` waits until the GPU is done; it must therefore sit inside
 the timed region, after each step. And the first steps pay one-off costs (CUDA context and

@@ -7,15 +7,17 @@ the commands, and ``leaderboard/README.md`` explains each check and every number
 Module map (one concept per file):
 
 * ``config``      the timed problem, its FLOP count, timing settings and every threshold
-* ``harness``     the official timing (``torch.compile(Fn.apply)`` + ``triton.testing.do_bench``)
+* ``timing``      the official timing loop (``torch.compile(Fn.apply)`` + ``triton.testing.do_bench``),
+                  run in the worker
 * ``gate``        the float32 reference and the correctness comparison
-* ``trusted``     timers captured before the submission is imported, and the patch check
+* ``timer_guard`` run in the worker: timers captured before the submission is imported, and the
+                  check that nothing patched them
 * ``kernels``     profiler-based checks: library attention, the submission's own Triton kernels
 * ``detectors``   the remaining cheat checks, each a small function that raises ``Refusal``
 * ``worker``      runs one submission in its own process: every check, then the timing
 * ``machine``     what a record was measured on: the GPU and the software versions
 * ``confine``     the worker's first act: drop to the sandbox uid, no new privileges
-* ``sandbox``     the parent's side of isolation: uid leases, the sandbox directory, the environment
+* ``worker_setup`` the parent's side of isolation: uid leases, the sandbox directory, the environment
 * ``protocol``    the pipe from the worker to the parent: framed JSON and raw tensor bytes
 * ``verdict``     the parent's judgement of what the worker reports, from evidence it checks
 * ``runner``      the trusted parent: snapshots the submission, runs the worker, stores a record

@@ -1,20 +1,20 @@
 """Command line of the leaderboard (staff run it; ``--help`` on each command says more).
 
-    python -m leaderboard run SUBMISSION --name NAME [--quick] [--cpu] [--repeats N] [--store PATH] [--unisolated]
+    python -m leaderboard run SUBMISSION --name NAME [--quick] [--cpu] [--repeats N] [--store PATH] [--same-user]
     python -m leaderboard table [--store PATH] [--out DIR] [--all]
-    python -m leaderboard selftest [--cpu] [--out DIR] [--only NAME ...] [--unisolated]
+    python -m leaderboard selftest [--cpu] [--out DIR] [--only NAME ...] [--same-user]
     python -m leaderboard batch EXPORT [--out DIR] [--cluster local|slurm] [--gpus auto] [--quick] [--cpu] [--dry-run]
 
 One flag means one thing in every command: ``--cpu`` runs the pipeline on a CPU (a small
 problem under Triton's interpreter; its times mean nothing; its records are marked
-``dry-run``), and ``--dry-run`` (batch only) prints what would run, shell-quoted, and runs
+``cpu``), and ``--dry-run`` (batch only) prints what would run, shell-quoted, and runs
 nothing. SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes (or a folder holding only that zip), read as the grader reads it.
 
 Run ``run`` and ``selftest`` as root: the submission then runs as an unprivileged uid of its own.
 
 Exit status of ``run``: 0 accepted, 1 refused, 2 could not run (no GPU, no such submission, or
-no isolation: not root without ``--unisolated``, or a kit or interpreter the sandbox uid could
+no isolation: not root without ``--same-user``, or a kit or interpreter the sandbox uid could
 write or not read).
 """
 
@@ -33,9 +33,10 @@ NO_GPU = (
     "Triton's interpreter; its times mean nothing and it is not recorded unless --store is given)."
 )
 
-UNISOLATED_HELP = (
-    "without root: run the submission as yourself, with nothing between it and your files (only for code you trust; "
-    "as root the submission always runs as an unprivileged uid of its own)"
+SAME_USER_HELP = (
+    "without root: let the worker run as yourself instead of refusing. It is still a separate process, but "
+    "nothing stands between it and your files: only for code you trust. As root the worker always runs as "
+    "an unprivileged uid of its own. (Formerly --unisolated, still accepted.)"
 )
 
 
@@ -53,7 +54,7 @@ def _store_left_behind(args: argparse.Namespace) -> str | None:
     replaces still holds records inside the code package (store.moved_store_message)."""
     if args.command not in ("run", "table", "batch"):
         return None
-    cpu = getattr(args, "cpu", False) or getattr(args, "dry_run_timing", False)
+    cpu = getattr(args, "cpu", False)
     store = args.store if args.store is not None else (None if cpu else DEFAULT_STORE)  # a CPU run records nowhere
     message = store and moved_store_message(store)
     return f"leaderboard {args.command}: {message}" if message else None
@@ -70,9 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         resolve_submission_dir,
     )
 
-    from autograder.sandbox import SubmissionRejected, build_sandbox
+    from autograder.intake import SubmissionRejected, copy_submission
 
-    args.dry_run = args.cpu
     with tempfile.TemporaryDirectory(prefix="cs336-leaderboard-zip-") as unpacked:
         source = Path(args.submission)
         try:
@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             located = source
         if located.is_file():  # a zip, or a folder holding only one: read as the grader reads it
             try:
-                report = build_sandbox(located, Path(unpacked) / "submission")
+                report = copy_submission(located, Path(unpacked) / "submission")
                 refuse_broken(located, report.broken)  # timed whole or not at all, as a folder is
             except (SubmissionRejected, SubmissionNotFound, SubmissionError) as error:
                 print(f"leaderboard run: {located}: not timed: {error}", file=sys.stderr)
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
     from tests.submission import SubmissionError, resolve_submission_dir
 
     from leaderboard.runner import describe, run_submission
-    from leaderboard.sandbox import SandboxUnavailable
+    from leaderboard.worker_setup import SandboxUnavailable
     from leaderboard.store import append_record
 
     if zip_path is not None:
@@ -109,15 +109,15 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         except SubmissionError as error:
             print(f"leaderboard run: {zip_path}: {error}", file=sys.stderr)
             return 2
-    if not args.dry_run and not gpus.count():
+    if not args.cpu and not gpus.count():
         print(NO_GPU, file=sys.stderr)
         return 2
-    mode = "dry-run" if args.dry_run else "quick" if args.quick else "official"
-    store = args.store if args.store is not None else (None if args.dry_run else DEFAULT_STORE)
+    mode = "cpu" if args.cpu else "quick" if args.quick else "official"
+    store = args.store if args.store is not None else (None if args.cpu else DEFAULT_STORE)
     print(f"leaderboard run: {args.name} from {zip_path or directory} ({mode}, {args.repeats} timing(s))", flush=True)
     try:
         record = run_submission(directory, args.name, mode, args.repeats, store=None if zip_path else store,
-                                unisolated=args.unisolated)
+                                same_user=args.same_user)
     except SandboxUnavailable as error:
         print(f"leaderboard run: cannot isolate the submission: {error}", file=sys.stderr)
         return 2
@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         if store is not None:
             append_record(record, store)
     print(describe(record))
-    print(f"recorded in {store}" if store is not None else "not recorded (dry run; pass --store PATH to record)")
+    print(f"recorded in {store}" if store is not None else "not recorded (a --cpu run; pass --store PATH to record)")
     return 0 if record["accepted"] else 1
 
 
@@ -146,15 +146,13 @@ def cmd_table(args: argparse.Namespace) -> int:
 def cmd_selftest(args: argparse.Namespace) -> int:
     from leaderboard.selftest import run_selftest
 
-    args.dry_run = args.cpu
-
-    if not args.dry_run and not gpus.count():
+    if not args.cpu and not gpus.count():
         print(NO_GPU.replace("leaderboard run", "leaderboard selftest"), file=sys.stderr)
         return 2
-    from leaderboard.sandbox import SandboxUnavailable
+    from leaderboard.worker_setup import SandboxUnavailable
 
     try:
-        return run_selftest(args.out, dry_run=args.dry_run, only=args.only, unisolated=args.unisolated)
+        return run_selftest(args.out, cpu=args.cpu, only=args.only, same_user=args.same_user)
     except SandboxUnavailable as error:
         print(f"leaderboard selftest: cannot isolate the submissions: {error}", file=sys.stderr)
         return 2
@@ -194,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--cpu", action="store_true", help="CPU: a small problem under Triton's interpreter; tests the pipeline")
     run.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--repeats", type=positive_int, default=1, help="time the official loop this many times (reports the median and spread)")
-    run.add_argument("--store", type=Path, default=None, help="results store (default records/leaderboard/records.jsonl; dry runs: none)")
-    run.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
+    run.add_argument("--store", type=Path, default=None, help="results store (default records/leaderboard/records.jsonl; --cpu runs: none)")
+    run.add_argument("--same-user", action="store_true", help=SAME_USER_HELP)
+    run.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)  # the old spelling
     run.set_defaults(handler=cmd_run)
 
     table = commands.add_parser("table", help="render the ranking as Markdown and PNG")
@@ -209,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--dry-run", dest="old_dry_run", action="store_true", help=argparse.SUPPRESS)
     selftest.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for records, summary and table (default records/leaderboard/selftest; with --only, a subfolder only-NAMES of it)")
     selftest.add_argument("--only", nargs="+", default=None, help="run only these entries (e.g. reference cheat_sdpa)")
-    selftest.add_argument("--unisolated", action="store_true", help=UNISOLATED_HELP)
+    selftest.add_argument("--same-user", action="store_true", help=SAME_USER_HELP)
+    selftest.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)
     selftest.set_defaults(handler=cmd_selftest)
 
     from autograder.batch.driver import add_flags
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "with --cpu, OUT/records.jsonl)")
     batch.add_argument("--table-out", type=Path, default=None, help="folder for leaderboard.md/png (default: the store's)")
     batch.add_argument("--quick", action="store_true", help="short timings (rep 1 s); not ranked")
-    batch.add_argument("--cpu", dest="dry_run_timing", action="store_true",
+    batch.add_argument("--cpu", action="store_true",
                        help="CPU: each run is a leaderboard run --cpu (tests the pipeline; times mean nothing)")
     batch.add_argument("--timing-dry-run", dest="old_timing_dry_run", action="store_true", help=argparse.SUPPRESS)
     batch.add_argument("--repeats", type=positive_int, default=1, help="official loops per run (default 1)")

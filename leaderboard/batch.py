@@ -61,11 +61,11 @@ def _judge(job: Job, outcome: Outcome) -> str | None:
 def leaderboard_batch(args) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    mode = "dry-run" if args.dry_run_timing else "quick" if args.quick else "official"
-    store = Path(args.store) if args.store else (out / "records.jsonl" if mode == "dry-run" else DEFAULT_STORE)
+    mode = "cpu" if args.cpu else "quick" if args.quick else "official"
+    store = Path(args.store) if args.store else (out / "records.jsonl" if mode == "cpu" else DEFAULT_STORE)
     submissions = read_export(Path(args.export), out)
-    cluster = cluster_from_flags(args, WORDING.command, cluster_gpus=mode != "dry-run")
-    if cluster.name == "local" and not cluster.gpus and mode != "dry-run":
+    cluster = cluster_from_flags(args, WORDING.command, cluster_gpus=mode != "cpu")
+    if cluster.name == "local" and not cluster.gpus and mode != "cpu":
         print("leaderboard batch: no GPU found; timings need one each (use --cpu to test the "
               "pipeline on a CPU)", file=sys.stderr)
         return 2
@@ -81,7 +81,7 @@ def leaderboard_batch(args) -> int:
             path = submission.path
         argv = [sys.executable, "-m", "leaderboard", "run", str(path), "--name", submission.label,
                 "--store", str(folder / "records.jsonl"), "--repeats", str(args.repeats)]
-        argv += ["--cpu"] if mode == "dry-run" else ["--quick"] if mode == "quick" else []
+        argv += ["--cpu"] if mode == "cpu" else ["--quick"] if mode == "quick" else []
         tasks.append(Task(Job(submission.id, submission.label, tuple(argv), str(ROOT), str(folder / "run.log"),
                               RUN_LIMIT_S), key))
 
@@ -90,7 +90,7 @@ def leaderboard_batch(args) -> int:
             append_record(record, store)
 
     mode_note = f"mode: {mode}" + (" (each a leaderboard run --cpu: tests the pipeline; its times mean nothing)"
-                                   if mode == "dry-run" else "")
+                                   if mode == "cpu" else "")
     ran = drive(tasks, cluster, out, _judge, WORDING, version=version, outputs=("records.jsonl",), collect=collect,
                 dry_run=args.dry_run, source=f" in {args.export}", notes=[mode_note])
     if ran is None:

@@ -43,7 +43,7 @@ LEADERBOARD = Problem(batch=16, n=16384, d=64, dtype=torch.bfloat16, is_causal=T
 
 # --cpu: small enough for Triton's interpreter on a CPU, float32 because the interpreter's
 # bfloat16 tl.dot is wrong in triton 3.6. It tests the pipeline and the CPU-side checks only.
-DRY_RUN = Problem(batch=2, n=64, d=16, dtype=torch.float32, is_causal=True, device="cpu")
+CPU_PROBLEM = Problem(batch=2, n=64, d=16, dtype=torch.float32, is_causal=True, device="cpu")
 
 
 def attention_flops(batch: int, n: int, d: int, is_causal: bool) -> float:
@@ -87,11 +87,11 @@ class TimingSettings:
     plain_calls: int = 5
 
 
-# The official harness: do_bench(..., rep=10000, warmup=1000).
+# The official timing: do_bench(..., rep=10000, warmup=1000).
 OFFICIAL = TimingSettings(name="official", warmup_ms=1000, rep_ms=10000, matmul_warmup_ms=500, matmul_rep_ms=2000)
 # --quick: for iterating, and for cheat fixtures whose verdict does not hang on a close timing.
 QUICK = TimingSettings(name="quick", warmup_ms=200, rep_ms=1000, matmul_warmup_ms=100, matmul_rep_ms=500)
-DRY = TimingSettings(name="dry-run", warmup_ms=0, rep_ms=0, matmul_warmup_ms=0, matmul_rep_ms=0, plain_warmup_calls=1, plain_calls=3)
+CPU_TIMING = TimingSettings(name="cpu", warmup_ms=0, rep_ms=0, matmul_warmup_ms=0, matmul_rep_ms=0, plain_warmup_calls=1, plain_calls=3)
 
 # The matrix product whose rate sets the physical floor: bf16 on the GPU, float32 on a CPU.
 MATMUL_SIZE_GPU = 8192
@@ -128,11 +128,11 @@ LIMITS = Limits()
 # fresh-input calls took 88 ms against 35 ms for its official loop (2026-12-02), and a bound of
 # 0.5 refused it. Only the coarse, timing-based checks run there, refusing only a loop 10 times
 # faster: a cache that skips the work (cheat_smart_cache) is about 100 times faster there.
-LIMITS_DRY_RUN = Limits(fixed_faster_than_fresh=0.9, ones_faster_than_random=0.9)
+LIMITS_CPU = Limits(fixed_faster_than_fresh=0.9, ones_faster_than_random=0.9)
 
 # Worker time limits (seconds), enforced by the parent process. Each run compiles in a fresh
 # cache (a shared one could be poisoned by an earlier submission).
-WORKER_TIMEOUT_S = {"official": 600, "quick": 420, "dry-run": 300}
+WORKER_TIMEOUT_S = {"official": 600, "quick": 420, "cpu": 300}
 
 
 

@@ -1,9 +1,9 @@
-"""The cheat checks that need neither a profiler nor the trusted timers, and the Refusal they give.
+"""The cheat checks that need neither a profiler nor the captured timers, and the Refusal they give.
 
 Staff read this file to know when a submission is refused and why. Each ``check_*`` function
 returns ``None`` when the submission passes and a ``Refusal`` naming the cheat when it does
 not; the worker stops at the first refusal before timing and collects every refusal after it.
-Patched timers are checked in ``trusted``, library attention in ``kernels``.
+Patched timers are checked in ``timer_guard``, library attention in ``kernels``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ REASONS = {
     "mutated_inputs": "Q, K, V or dO were changed in place",
     "cached_outputs": "outputs are reused across calls instead of recomputed",
     "side_stream": "work runs where CUDA events on the current stream cannot see it (side stream or thread)",
-    "patched_timers": "timers, synchronisation or functions the harness relies on were replaced",
+    "patched_timers": "timers, synchronisation or functions the timing relies on were replaced",
     "library_attention": "library attention (SDPA, cuDNN, flash-attn) runs instead of the submission's Triton",
     "not_triton": "the submission's own @triton.jit kernels take less than half of the forward's GPU time (or, without a GPU, none ran)",
     "ones_dO": "the official time (dO = ones) is much faster than the time with a random dO",

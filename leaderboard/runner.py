@@ -5,7 +5,7 @@ Staff read this file to know what is recorded and where the submission's code ru
 submission never runs in this process. The parent reads the submission's files once, by the
 grader's rule (tests/submission.py; a submission with a file that breaks it is not timed), into
 its own copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes;
-leases a sandbox uid (``sandbox``; without root it refuses to run unless ``unisolated``), and
+leases a sandbox uid (``worker_setup``; without root it refuses to run unless ``same_user``), and
 starts the worker there with a clean environment, a seed for every checked input, the
 submission's kernel names and one pipe. Nothing else of the parent reaches the worker: not the
 store's path, not the parent's environment, not the kit (the worker's modules are copied). The
@@ -97,7 +97,7 @@ class _Reader(threading.Thread):
 def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
     """Run the worker on a sandbox copy of ``files`` as ``identity``; return what the parent
     observed (``verdict.Observed``)."""
-    from leaderboard.sandbox import clear_uid, make_sandbox, remove_sandbox, worker_env
+    from leaderboard.worker_setup import clear_uid, make_sandbox, remove_sandbox, worker_env
     from leaderboard.verdict import Observed, expected_script
 
     dirs = make_sandbox(files, identity)
@@ -163,13 +163,13 @@ def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
 def parent_matmul(mode: str):
     """A function measuring the matmul rate in this process: (TFLOP/s, label)."""
     from leaderboard import config
-    from leaderboard.harness import matmul_tflops
-    from leaderboard.trusted import capture_clock
+    from leaderboard.timing import matmul_tflops
+    from leaderboard.timer_guard import capture_clock
 
     def measure():
-        problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
-        settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
-        return matmul_tflops(problem, settings, capture_clock(mode != "dry-run"))
+        problem = config.CPU_PROBLEM if mode == "cpu" else config.LEADERBOARD
+        settings = {"official": config.OFFICIAL, "quick": config.QUICK, "cpu": config.CPU_TIMING}[mode]
+        return matmul_tflops(problem, settings, capture_clock(mode != "cpu"))
 
     return measure
 
@@ -181,26 +181,26 @@ def run_submission(
     repeats: int = 1,
     store: Path | None = None,
     timeout_s: float | None = None,
-    unisolated: bool = False,
+    same_user: bool = False,
 ) -> dict:
     """Check and time one submission; return its record (appended to ``store`` unless None).
 
-    Raises ``sandbox.SandboxUnavailable`` when the worker cannot be isolated: the parent is not
-    root and ``unisolated`` is False, or ``sandbox.preflight`` finds the isolation would not hold;
+    Raises ``worker_setup.SandboxUnavailable`` when the worker cannot be isolated: the parent is not
+    root and ``same_user`` is False, or ``worker_setup.preflight`` finds the isolation would not hold;
     ``SubmissionError`` when a file of the submission breaks the rules (``submission_files``).
     """
     from contextlib import nullcontext
 
     from leaderboard.kernels import submission_triton_names
-    from leaderboard.sandbox import UNISOLATED_HINT, Identity, SandboxUnavailable, is_root, lease_uid, preflight
+    from leaderboard.worker_setup import SAME_USER_HINT, Identity, SandboxUnavailable, is_root, lease_uid, preflight
     from leaderboard.verdict import Run, judge
 
     directory = Path(directory).resolve()
     started = time.monotonic()
     files = submission_files(directory)
     run = Run(mode, repeats, secrets.randbits(31), submission_triton_names(files))
-    if not is_root() and not unisolated:
-        raise SandboxUnavailable(f"the leaderboard runs as uid {os.geteuid()}, not root: {UNISOLATED_HINT}")
+    if not is_root() and not same_user:
+        raise SandboxUnavailable(f"the leaderboard runs as uid {os.geteuid()}, not root: {SAME_USER_HINT}")
     with lease_uid() if is_root() else nullcontext(Identity(None, None)) as identity:
         preflight(identity, store)
         observed = run_worker(files, run, timeout_s or WORKER_TIMEOUT_S[mode], identity)
@@ -213,7 +213,7 @@ def run_submission(
         submission=_display_path(directory),
         submission_hash=files_hash(files),
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        isolation=f"uid {identity.uid}" if identity.isolated else "none (--unisolated)",
+        isolation=f"uid {identity.uid}" if identity.isolated else "none (--same-user)",
         run_s=round(time.monotonic() - started, 1),
     )
     if store is not None:

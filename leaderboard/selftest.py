@@ -27,7 +27,7 @@ from leaderboard.batch import code_version
 from fixtures import Fixture, materialize
 from fixtures.leaderboard import FIXTURES
 from leaderboard.runner import describe, run_submission
-from leaderboard.sandbox import is_root
+from leaderboard.worker_setup import is_root
 from leaderboard.store import ROOT, STORE_DIR, read_records
 from leaderboard.table import write_table
 
@@ -47,17 +47,17 @@ class Entry:
     expected: tuple[str, ...]
 
 
-def plan(dry_run: bool, only: list[str] | None = None, isolated: bool = True) -> list[Entry]:
+def plan(cpu: bool, only: list[str] | None = None, isolated: bool = True) -> list[Entry]:
     """The runs, reference first (so the GPU is warm and its clocks settled for the rest).
     Without isolation the attack fixtures are left out: they would succeed."""
-    entries = [Entry("reference", ROOT / "reference", "dry-run" if dry_run else "official", 1 if dry_run else REFERENCE_REPEATS, ())]
+    entries = [Entry("reference", ROOT / "reference", "cpu" if cpu else "official", 1 if cpu else REFERENCE_REPEATS, ())]
     for f in FIXTURES:
         if f.verdict.attack and not isolated:
             continue
-        if dry_run:
+        if cpu:
             if f.verdict.cpu_refusals is None:
                 continue
-            entries.append(Entry(f.name, f, "dry-run", 1, f.verdict.cpu_refusals))
+            entries.append(Entry(f.name, f, "cpu", 1, f.verdict.cpu_refusals))
         else:
             entries.append(Entry(f.name, f, "quick" if f.verdict.quick else "official", 1, f.verdict.gpu_refusals))
     if only:
@@ -94,23 +94,23 @@ def output_dir(out_dir: Path, only: list[str] | None) -> Path:
     return out_dir
 
 
-def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[str] | None = None, unisolated: bool = False) -> int:
+def run_selftest(out_dir: Path = DEFAULT_OUT, cpu: bool = False, only: list[str] | None = None, same_user: bool = False) -> int:
     """Run the plan, print and write a summary; return 0 when every entry is as expected.
-    Raises ``sandbox.SandboxUnavailable`` when the submissions cannot be isolated."""
+    Raises ``worker_setup.SandboxUnavailable`` when the submissions cannot be isolated."""
     out_dir = output_dir(out_dir, only)
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "records.jsonl"
     store.unlink(missing_ok=True)  # the table and summary describe this run only
     started = time.monotonic()
     rows = []
-    entries = plan(dry_run, only, isolated=not unisolated or is_root())
+    entries = plan(cpu, only, isolated=not same_user or is_root())
     with tempfile.TemporaryDirectory(prefix="leaderboard-selftest-") as scratch:  # the fixtures, materialized
         for number, entry in enumerate(entries, start=1):
             print(f"\n=== [{number}/{len(entries)}] {entry.name}: {entry.mode}, expected "
                   f"{'accepted' if not entry.expected else 'refused: ' + ', '.join(entry.expected)} ===", flush=True)
             began = time.monotonic()
             path = materialize(entry.source, Path(scratch) / entry.name) if isinstance(entry.source, Fixture) else entry.source
-            record = run_submission(path, entry.name, entry.mode, entry.repeats, store=store, unisolated=unisolated)
+            record = run_submission(path, entry.name, entry.mode, entry.repeats, store=store, same_user=same_user)
             print(describe(record), flush=True)
             ok, note = judge(entry, record)
             rows.append((entry, record, ok, note, time.monotonic() - began))
@@ -121,7 +121,7 @@ def run_selftest(out_dir: Path = DEFAULT_OUT, dry_run: bool = False, only: list[
                   seconds=time.monotonic() - started, where=env.get("gpu", "?"),
                   slowest=sorted(((entry.name, s) for entry, *_, s in rows), key=lambda item: -item[1])[:5],
                   version=f"code {code_version()}")
-    head = [f"`python -m leaderboard selftest{' --cpu' if dry_run else ''}` on {env.get('gpu', '?')} "
+    head = [f"`python -m leaderboard selftest{' --cpu' if cpu else ''}` on {env.get('gpu', '?')} "
             f"(torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, Python {env.get('python', '?')}), "
             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}."]
     table = ["| submission | mode | expected | verdict | time (ms) | as expected |",

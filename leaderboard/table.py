@@ -17,7 +17,7 @@ FLOPS = attention_flops(LEADERBOARD.batch, LEADERBOARD.n, LEADERBOARD.d, LEADERB
 
 CONDITIONS = (
     "FlashAttention-2 forward + backward: batch 1 x 16 heads, sequence 16384, head dim 64, causal, "
-    f"bfloat16. Official harness: `flash = torch.compile(Fn.apply)`, `flash(q, k, v, True).sum().backward()`, "
+    f"bfloat16. Official timing: `flash = torch.compile(Fn.apply)`, `flash(q, k, v, True).sum().backward()`, "
     f"`triton.testing.do_bench(rep={OFFICIAL.rep_ms}, warmup={OFFICIAL.warmup_ms})`, median of the per-call times. "
     f"TFLOP/s counts {FLOPS / 1e12:.3f} TFLOP per call: causal forward 2·B·N²·d (half of 4·B·N²·d) plus a "
     "backward of 2.5 times that, B = 16, N = 16384, d = 64. \"% of matmul\" compares with an 8192³ bf16 "
@@ -47,7 +47,7 @@ def _cell(value, fmt: str) -> str:
 
 def conditions(rows: list[dict]) -> list[str]:
     """The paragraphs above the table: the official conditions, and, where ranked rows were timed
-    otherwise (``--quick``, ``--dry-run``), what they measured, so that no row reads as official."""
+    otherwise (``--quick``, ``--cpu``), what they measured, so that no row reads as official."""
     other = [row for row in rows if row.get("mode") != "official"]
     if not other:
         return [CONDITIONS]

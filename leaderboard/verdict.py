@@ -13,7 +13,7 @@ everything it says may be forged; the parent accepts a run only on evidence it c
   outputs, one batch element per call (``cached_outputs``).
 * **Timing brackets.** The parent stamps "timing starts" and "timing ends" on arrival with its
   own clock. The per-call times a worker reports were measured (CUDA events, or the host clock
-  in a dry run) on calls made one after another between those two messages, so their sum cannot
+  in a ``--cpu`` run) on calls made one after another between those two messages, so their sum cannot
   exceed the parent's bracket, except by the delay between the worker writing the first message
   and the parent stamping it (``config.BRACKET_SLACK_MS``, ``BRACKET_SLACK_REL``). A larger sum
   is refused as ``forged_timing``: a worker cannot report more timed work than the time it was
@@ -66,11 +66,11 @@ class Run:
 
     @property
     def problem(self) -> config.Problem:
-        return config.DRY_RUN if self.mode == "dry-run" else config.LEADERBOARD
+        return config.CPU_PROBLEM if self.mode == "cpu" else config.LEADERBOARD
 
     @property
     def limits(self) -> config.Limits:
-        return config.LIMITS_DRY_RUN if self.mode == "dry-run" else config.LIMITS
+        return config.LIMITS_CPU if self.mode == "cpu" else config.LIMITS
 
 
 class Violation(Exception):
@@ -223,7 +223,7 @@ def check_profile(message: Message, run: Run, judgement: Judgement) -> None:
     judgement.fields["forward_kernels_us"] = top_kernels(forward)
     judgement.fields["kernels_us"] = top_kernels(both)
     judgement.passed("library_attention", check_library_attention(forward + both, names))
-    if run.mode == "dry-run":
+    if run.mode == "cpu":
         judgement.passed("not_triton", check_triton_launched(launched, names))
         return
     triton_us, total_us = triton_share(forward, names)

@@ -1,7 +1,7 @@
 """Runs one submission in its own process: every check in order, then the official timing.
 
 Staff read this file to know the order of the checks and what the worker reports. The parent
-(``runner``) starts it as root in a fresh sandbox (``sandbox``); before anything else the worker
+(``runner``) starts it as root in a fresh sandbox (``worker_setup``); before anything else the worker
 drops to the uid the parent leased (``confine``), then reports to the parent only through the
 pipe it was given (``protocol``). The parent does not take its word for anything that decides
 an acceptance: it recomputes the reference for the outputs the worker sends, brackets every
@@ -50,7 +50,7 @@ from pathlib import Path
 from leaderboard.machine import environment
 from tests import gpus
 
-MODES = ("official", "quick", "dry-run")
+MODES = ("official", "quick", "cpu")
 # What a confined worker may use (confine/limits.py), as the grader's executor: processes and
 # threads of its leased uid (a fork bomb stops there) and the largest file it may write.
 # The parent's wall-clock timeout bounds its time; CUDA's reservations rule out an address-space limit.
@@ -74,17 +74,17 @@ class Evaluation:
         import torch
 
         from leaderboard import config
-        from leaderboard.trusted import capture_clock, snapshot
+        from leaderboard.timer_guard import capture_clock, snapshot
         from tests.flash_tolerances import GATE_TOLERANCES
 
         self.torch = torch
         self.submission = submission
         self.mode = mode
         self.repeats = repeats
-        self.cuda = mode != "dry-run"
-        self.problem = config.DRY_RUN if mode == "dry-run" else config.LEADERBOARD
-        self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "dry-run": config.DRY}[mode]
-        self.limits = config.LIMITS_DRY_RUN if mode == "dry-run" else config.LIMITS
+        self.cuda = mode != "cpu"
+        self.problem = config.CPU_PROBLEM if mode == "cpu" else config.LEADERBOARD
+        self.settings = {"official": config.OFFICIAL, "quick": config.QUICK, "cpu": config.CPU_TIMING}[mode]
+        self.limits = config.LIMITS_CPU if mode == "cpu" else config.LIMITS
         self.tolerances = GATE_TOLERANCES[self.problem.dtype]
         self.channel = channel
         self.seed = seed
@@ -130,7 +130,7 @@ class Evaluation:
         return x.requires_grad_(requires_grad)
 
     def untampered(self, when: str) -> None:
-        from leaderboard.trusted import check_untampered
+        from leaderboard.timer_guard import check_untampered
 
         self.refuse(check_untampered(self.before, when))
 
@@ -219,7 +219,7 @@ class Evaluation:
         from tests.flash_reference import attention_float64
 
         p = self.problem
-        if self.cuda:  # the official harness, literally
+        if self.cuda:  # CS336's official timing, literally
             log("flash = torch.compile(Fn.apply); correctness gate under a random dO")
             self.flash = self.torch.compile(self.Fn.apply)
         else:  # no C++ compiler needed: dynamo traces, nothing is code-generated
@@ -404,7 +404,7 @@ class Evaluation:
             self.passed("not_triton", "skipped: the profiler recorded no GPU kernels")
 
     def timing(self) -> None:
-        from leaderboard.harness import time_official, time_random_dO
+        from leaderboard.timing import time_official, time_random_dO
 
         p, s = self.problem, self.settings
         log(f"official timing ({s.name}: warmup {s.warmup_ms} ms, rep {s.rep_ms} ms) x {self.repeats}")
@@ -416,7 +416,7 @@ class Evaluation:
         self.untampered("after timing")
 
 
-# The @triton.jit functions Triton's interpreter launched (dry runs; see main()).
+# The @triton.jit functions Triton's interpreter launched (``--cpu`` runs; see main()).
 LAUNCH_LOG = None
 
 
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     channel.send("hello", uid=os.getuid(), gid=os.getgid(), network_confined=identity.network_confined)
 
     # Must be settled before triton is first imported (leaderboard.config imports torch).
-    if args.mode == "dry-run":
+    if args.mode == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     elif os.environ.get("TRITON_INTERPRET") == "1":
         channel.send("refused", refusals=[{"code": "error", "message": "TRITON_INTERPRET=1 is set for a GPU run"}])
@@ -471,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch._dynamo  # noqa: F401  (imported before the snapshot: it is ours, not the submission's)
     import triton.testing  # noqa: F401
 
-    if args.mode == "dry-run":
-        # One thread: a dry run's times mean nothing, and on a shared CPU several busy-waiting
+    if args.mode == "cpu":
+        # One thread: a --cpu run's times mean nothing, and on a shared CPU several busy-waiting
         # threads per process make every small operation many times slower.
         torch.set_num_threads(1)
         record_interpreted_launches()

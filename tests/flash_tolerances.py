@@ -101,8 +101,8 @@ and max-abs fractions of 3e-3 to 7e-3 at n = 1024 and 4096; the bfloat16 bounds 
 headroom, while a wrong scale, mask or tile is off by 0.1 or more. The float16 and float32 rows
 have no measurement of their own: float16 and tf32 (which a GPU kernel's float32 dots may use)
 keep 11 significant bits, 4 times finer than bfloat16, and their bounds are half the bfloat16
-norms and 0.02 of the largest value. Only the float32 row judges anything today, at the ``--cpu``
-dry run's problem (2, 64, 16).
+norms and 0.02 of the largest value. Only the float32 row judges anything today, at the leaderboard's
+``--cpu`` problem (2, 64, 16).
 """
 
 from __future__ import annotations

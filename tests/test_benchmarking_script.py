@@ -1,6 +1,6 @@
-"""Visible tests of §1.1 benchmarking_script: the timing harness, benchmark_model and the CLI.
+"""Visible tests of §1.1 benchmarking_script: the timer time_steps, benchmark_model and the CLI.
 
-The harness is checked on a CPU with fakes: a fake clock that only moves when the fake step or
+The timer is checked on a CPU with fakes: a fake clock that only moves when the fake step or
 the fake sync runs, and a sync that really sleeps (they run here, called back by the
 submission). benchmark_model runs a tiny model on the CPU while a spy next to the submission
 counts forward passes, backward passes and optimizer steps; the CLI runs there with its output

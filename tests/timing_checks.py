@@ -1,13 +1,13 @@
-"""Checks of a timing harness ``time_steps`` (§1.1), as plain functions.
+"""Checks of a timer ``time_steps`` (§1.1), as plain functions.
 
 Read by tests/test_benchmarking_script.py and by the hidden tests, which pass the submission's
 ``time_steps`` (through ``adapters.run_time_steps``), and by the kit's self-tests, which pass
-deliberately broken harnesses to prove that these checks reject them. Each check raises
-AssertionError with a message that says what the harness did wrong.
+deliberately broken timers to prove that these checks reject them. Each check raises
+AssertionError with a message that says what the timer did wrong.
 
 The main tool is a fake clock that only moves when the step or the sync runs: warm-up steps
-cost 100 s, measured steps 1 s, a sync 0.25 s. A correct harness therefore returns exactly
-1.25 s per measured step; a harness that times warm-up steps returns 101.25 s somewhere (or
+cost 100 s, measured steps 1 s, a sync 0.25 s. A correct timer therefore returns exactly
+1.25 s per measured step; a timer that times warm-up steps returns 101.25 s somewhere (or
 too many times), and one that reads the clock before the sync returns 1.0 s.
 """
 

@@ -36,7 +36,7 @@ def run_cli(adapters, argv):
     ],
     ids=lambda check: check.__name__.removeprefix("check_"),
 )
-def test_harness_with_other_step_counts(adapters, check, warmup_steps, measure_steps):
+def test_timer_with_other_step_counts(adapters, check, warmup_steps, measure_steps):
     check(adapters.run_time_steps, warmup_steps=warmup_steps, measure_steps=measure_steps)
 
 

@@ -64,7 +64,7 @@ def test_the_catalog_is_not_empty():
 @pytest.mark.parametrize("name", NAMES)
 def test_attack_gets_its_verdict(attack_grades, name):
     attack, report, written = attack_grades[name]
-    if attack.verdict.needs_sandbox and report.sandbox_user is None:
+    if attack.verdict.needs_sandbox and report.executor_user is None:
         pytest.skip("only the unprivileged sandbox user stops this attack; grade as root to check it")
     assert problems_with(written) == [], "results.json must stay valid"
     assert written == report.results, "results.json must be the grader's, not the submission's"
@@ -87,7 +87,7 @@ def test_attack_gets_its_verdict(attack_grades, name):
     for word in attack.verdict.expect_output:
         assert word in outputs, f"no attacked test's message mentions {word!r}:\n{outputs[:2000]}"
     for item in attack.verdict.left_out:
-        assert any(line.startswith(item) for line in report.sandbox.left_out), (item, report.sandbox.left_out)
+        assert any(line.startswith(item) for line in report.intake.left_out), (item, report.intake.left_out)
     text = json.dumps(written)
     assert SECRET_SEED not in text, "the hidden seed leaked into results.json"
     for relative in attack.verdict.secret_files:

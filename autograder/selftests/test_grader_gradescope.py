@@ -55,7 +55,7 @@ def _fake_autograder_root(tmp_path: Path, bundle: Path) -> Path:
 
 def _run_autograder(root: Path, flags: str) -> dict:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AUTOGRADER_ROOT": str(root),
-           "CS336_SANDBOX_USER": "auto", "CS336_GRADE_FLAGS": flags}
+           "CS336_GRADE_FLAGS": flags}
     result = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -133,7 +133,7 @@ def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_p
         return SuiteRun(spec.name)
 
     monkeypatch.setattr(grade_module, "run_suite", fake_run_suite)
-    specs = [SuiteSpec(name="visible", files=[], sandbox=tmp_path, workdir=tmp_path, private_dir=tmp_path,
+    specs = [SuiteSpec(name="visible", files=[], submission=tmp_path, workdir=tmp_path, private_dir=tmp_path,
                        problem_of=str, test_timeout_s=1, deadline=0, shard=index) for index in range(5)]
     runs = grade_module._run_chains(specs, [False, False, False, True, True], jobs=3)
     assert len(runs) == 5
@@ -211,7 +211,7 @@ def test_chain_times_line_pairs_each_chain_with_its_own_run(tmp_path):
     a, b = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1})
     chains = plan_chains({"visible": [a, b]}, 2, tmp_path, gpu=False,
                          durations={"tests/test_a.py": FileTiming(cpu=9.0), "tests/test_b.py": FileTiming(cpu=3.0)})
-    specs = [SuiteSpec(name=chain.suite, files=chain.files, sandbox=tmp_path, workdir=tmp_path, private_dir=tmp_path,
+    specs = [SuiteSpec(name=chain.suite, files=chain.files, submission=tmp_path, workdir=tmp_path, private_dir=tmp_path,
                        problem_of=str, test_timeout_s=1, deadline=0, shard=chain.index, kit=tmp_path) for chain in chains]
     runs = [SuiteRun("visible", wall_s=2.0, files=["tests/test_b.py"], shard=1),
             SuiteRun("visible", wall_s=11.0, files=["tests/test_a.py"], shard=0)]

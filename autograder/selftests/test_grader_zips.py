@@ -23,7 +23,7 @@ import pytest
 
 from fixtures.attacks import zips
 from autograder.manifest import load_manifest
-from autograder.sandbox import SubmissionRejected, build_sandbox
+from autograder.intake import SubmissionRejected, copy_submission
 from autograder.selftests.gradescope_schema import problems_with
 from tests.submission import MAX_DATA_BYTES, MAX_TOTAL_BYTES
 
@@ -52,7 +52,7 @@ def _files(folder: Path) -> list[str]:
 def test_a_hostile_zip_is_refused_with_the_reason_and_the_fix(tmp_path, builder):
     archive = zips.BUILDERS[builder](REFERENCE, tmp_path / "submission.zip")
     with pytest.raises(SubmissionRejected) as caught:
-        build_sandbox(archive, tmp_path / "box")
+        copy_submission(archive, tmp_path / "box")
     message = str(caught.value)
     for words in REJECTED[builder]:
         assert words in message, message
@@ -73,9 +73,9 @@ def test_a_bomb_is_extracted_in_bounded_memory(tmp_path):
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from autograder.sandbox import SubmissionRejected, build_sandbox\n"
+        "from autograder.intake import SubmissionRejected, copy_submission\n"
         "try:\n"
-        "    build_sandbox(Path(sys.argv[1]), Path(sys.argv[2]))\n"
+        "    copy_submission(Path(sys.argv[1]), Path(sys.argv[2]))\n"
         "except SubmissionRejected as error:\n"
         "    print('rejected:', error)\n"
         "peak = [line for line in open('/proc/self/status') if line.startswith('VmHWM:')][0]\n"
@@ -102,7 +102,7 @@ def test_an_entry_that_inflates_past_its_ratio_is_stopped_while_streaming(tmp_pa
     entry = zips.Entry(zips.TARGET, stream + bytes(100_000 - len(stream)), len(content), zlib.crc32(content))
     archive = zips.write_zip(tmp_path / "ratio.zip", zips._replace(zips.submission_entries(REFERENCE), entry))
     with pytest.raises(SubmissionRejected, match="zip bomb"):
-        build_sandbox(archive, tmp_path / "box")
+        copy_submission(archive, tmp_path / "box")
     assert _files(tmp_path / "box") == []
 
 
@@ -112,7 +112,7 @@ def test_honest_files_over_the_total_are_refused_before_any_is_written(tmp_path)
               for index in range(MAX_TOTAL_BYTES // len(blob) + 1)]
     archive = zips.write_zip(tmp_path / "big.zip", zips.submission_entries(REFERENCE) + stored)
     with pytest.raises(SubmissionRejected, match="expands to more than 20 MB"):
-        build_sandbox(archive, tmp_path / "box")
+        copy_submission(archive, tmp_path / "box")
     assert _files(tmp_path / "box") == []
 
 
@@ -122,7 +122,7 @@ def test_absurd_paths_are_left_out_and_nothing_is_written_outside_the_sandbox(tm
     work = tmp_path / "a" / "b" / "c"
     work.mkdir(parents=True)
     before = _files(tmp_path)
-    report = build_sandbox(archive, work / "box")
+    report = copy_submission(archive, work / "box")
     written = sorted(set(_files(tmp_path)) - set(before))
     assert all(name.startswith("a/b/c/box/") for name in written), written
     assert _files(work / "box") == sorted(entry.name for entry in zips.submission_entries(REFERENCE))
@@ -138,7 +138,7 @@ def test_absurd_paths_are_left_out_and_nothing_is_written_outside_the_sandbox(tm
 
 def test_small_data_files_are_copied_as_data_and_listed(tmp_path):
     archive = zips.data_files(REFERENCE, tmp_path / "submission.zip")
-    report = build_sandbox(archive, tmp_path / "box")
+    report = copy_submission(archive, tmp_path / "box")
     for name, content in zips.DATA_FILES.items():
         path = tmp_path / "box" / name
         assert path.read_bytes() == content, name
@@ -158,7 +158,7 @@ def test_data_files_in_a_folder_submission(tmp_path):
     (tmp_path / "sub" / "cs336_systems" / "tiles.json").write_text('{"BLOCK_Q": 64}')
     (tmp_path / "sub" / "cs336_systems" / "run.sh").write_text("echo hi")
     os.chmod(tmp_path / "sub" / "cs336_systems" / "tiles.json", 0o755)
-    report = build_sandbox(tmp_path / "sub", tmp_path / "box")
+    report = copy_submission(tmp_path / "sub", tmp_path / "box")
     copied = tmp_path / "box" / "cs336_systems" / "tiles.json"
     assert copied.read_text() == '{"BLOCK_Q": 64}' and stat.S_IMODE(copied.stat().st_mode) == 0o644
     assert report.data_files == ["cs336_systems/tiles.json"]
@@ -189,7 +189,7 @@ def test_zips_from_other_writers_still_extract(tmp_path):
                     entry.write(content)
         if kind == "descriptor":
             (tmp_path / f"{kind}.zip").write_bytes(bytes(sink.data))
-        build_sandbox(tmp_path / f"{kind}.zip", tmp_path / f"box-{kind}")
+        copy_submission(tmp_path / f"{kind}.zip", tmp_path / f"box-{kind}")
         for name, content in files.items():
             assert (tmp_path / f"box-{kind}" / name).read_bytes() == content, (kind, name)
 

@@ -152,7 +152,7 @@ def test_submission_zip_holds_only_graded_files(student_release, stub_grade):
     data = (".json", ".toml", ".yaml", ".yml", ".txt", ".cfg")  # what the grader's sandbox copies
     assert all(name == "adapters.py" or (name.startswith("cs336_systems/") and name.endswith((".py", *data)))
                or name == "writeup.pdf" for name in names), names
-    assert stub_grade[0].sandbox.left_out == [], "the grader must take every file of the zip"
+    assert stub_grade[0].intake.left_out == [], "the grader must take every file of the zip"
 
 
 def _visible_entries(results: dict) -> dict[str, dict]:

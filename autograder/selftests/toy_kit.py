@@ -163,7 +163,7 @@ def read_other_copies():
     import glob
     mine = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     found, readable = [], []
-    for root in glob.glob("/tmp/cs336-sandbox-*"):
+    for root in glob.glob("/tmp/cs336-grade-shared-*"):
         for guess in ("submission/adapters.py", "work/*/submission/adapters.py"):
             for path in glob.glob(os.path.join(root, guess)) + [os.path.join(root, guess)]:
                 if "*" in path or os.path.realpath(path).startswith(mine + os.sep):

@@ -21,7 +21,7 @@ import pytest
 
 from fixtures import materialize
 from fixtures.leaderboard import FIXTURES
-from leaderboard.sandbox import WORKER_MODULES
+from leaderboard.worker_setup import WORKER_MODULES
 from leaderboard.store import ROOT
 
 ATTACKS = [f for f in FIXTURES if f.verdict.attack]
@@ -37,7 +37,7 @@ store = Path(sys.argv[sys.argv.index("--store") + 1])
 names = sys.argv[1 : sys.argv.index("--store")]
 records = {}
 def one(name):
-    records[name] = run_submission(Path("submissions") / name, name, "dry-run", store=store)
+    records[name] = run_submission(Path("submissions") / name, name, "cpu", store=store)
 threads = [threading.Thread(target=one, args=(name,)) for name in names]
 for t in threads: t.start()
 for t in threads: t.join()

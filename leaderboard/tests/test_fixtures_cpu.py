@@ -1,9 +1,9 @@
 """Each cheat a CPU can judge is refused for its own reason, by the leaderboard's own checks.
 
 The checks run in this process on the fixture's autograd.Function (``runner.evaluate_in_process``:
-the worker's steps, then the parent's judgement of its messages), on the dry-run problem under
+the worker's steps, then the parent's judgement of its messages), on the CPU problem under
 Triton's interpreter: the same code path as ``python -m leaderboard run FIXTURE --cpu``
-minus the processes and the sandbox. ``test_cli_dry_run`` runs the real command on the honest
+minus the processes and the sandbox. ``test_cli_cpu`` runs the real command on the honest
 fixture and on the patched-timers cheat, and ``test_attacks_cpu`` the attacks on the parent.
 """
 
@@ -23,13 +23,13 @@ from leaderboard.runner import evaluate_in_process, submission_files
 IN_PROCESS = [f for f in FIXTURES if f.verdict.cpu_refusals and f.verdict.in_process]
 
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="dry-run checks run Triton's interpreter (machines without a GPU)"),
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="--cpu checks run Triton's interpreter (machines without a GPU)"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # numpy, inside Triton's interpreter
 ]
 
 
 @pytest.fixture
-def dry_run_process(monkeypatch):
+def cpu_process(monkeypatch):
     """What the worker sets up for --cpu, undone afterwards."""
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -58,10 +58,10 @@ def load_function(name, submission):
 
 
 @pytest.mark.parametrize("fixture", IN_PROCESS, ids=lambda f: f.name)
-def test_cheat_is_refused_for_its_reason(fixture, dry_run_process, tmp_path):
+def test_cheat_is_refused_for_its_reason(fixture, cpu_process, tmp_path):
     submission = materialize(fixture, tmp_path / fixture.name)
     names = submission_triton_names(submission_files(submission))
-    record = evaluate_in_process(load_function(fixture.name, submission), "dry-run", names, seed=0)
+    record = evaluate_in_process(load_function(fixture.name, submission), "cpu", names, seed=0)
     codes = [r["code"] for r in record["refusals"]]
     assert not record["accepted"]
     assert set(fixture.verdict.cpu_refusals) <= set(codes), record["refusals"]

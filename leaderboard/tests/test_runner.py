@@ -47,7 +47,7 @@ def test_a_file_that_breaks_the_graders_rule_is_not_timed(tmp_path, capsys):
     (copy / "cs336_systems" / "leak.py").symlink_to(secret)
     with pytest.raises(SubmissionError, match=r"cs336_systems/leak\.py \(symbolic link to a file outside the submission\)"):
         submission_files(copy)
-    assert main(["run", str(copy), "--name", "x", "--cpu", "--unisolated"]) == 2
+    assert main(["run", str(copy), "--name", "x", "--cpu", "--same-user"]) == 2
     err = capsys.readouterr().err
     assert "not timed" in err and "cs336_systems/leak.py" in err and "readlink -f" in err, err
     (copy / "cs336_systems" / "leak.py").unlink()
@@ -60,7 +60,7 @@ def test_a_file_that_breaks_the_graders_rule_is_not_timed(tmp_path, capsys):
         for path in sorted(copy.rglob("*.py")):
             out.write(path, path.relative_to(copy).as_posix())
         out.writestr("cs336_systems/tiles.json", b" " * (MAX_DATA_BYTES + 1))
-    assert main(["run", str(archive), "--name", "x", "--cpu", "--unisolated"]) == 2
+    assert main(["run", str(archive), "--name", "x", "--cpu", "--same-user"]) == 2
     err = capsys.readouterr().err
     assert "not timed" in err and "cs336_systems/tiles.json (larger than 1 MiB)" in err, err
 
@@ -100,13 +100,13 @@ def test_a_partial_selftest_never_replaces_the_full_runs_records(tmp_path):
     assert output_dir(tmp_path, ["honest_slow"]) == tmp_path  # a folder the user chose is used as given
 
 
-def test_without_root_run_refuses_unless_unisolated(monkeypatch, capsys, tmp_path):
-    import leaderboard.sandbox
+def test_without_root_run_refuses_unless_same_user(monkeypatch, capsys, tmp_path):
+    import leaderboard.worker_setup
 
-    monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
+    monkeypatch.setattr(leaderboard.worker_setup, "is_root", lambda: False)
     assert main(["run", str(materialize(get("honest_slow"), tmp_path / "honest_slow")), "--name", "x", "--cpu"]) == 2
     err = capsys.readouterr().err
-    assert "not root" in err and "--unisolated" in err and "unprivileged" in err
+    assert "not root" in err and "--same-user" in err and "unprivileged" in err
 
 
 def test_one_flag_means_one_thing_and_old_flags_name_the_new_one(capsys):
@@ -124,6 +124,9 @@ def test_one_flag_means_one_thing_and_old_flags_name_the_new_one(capsys):
         assert flags["--cpu"].startswith("CPU:"), (name, flags["--cpu"])
     batch_flags = {flag: action.help for action in commands["batch"]._actions for flag in action.option_strings}
     assert batch_flags["--dry-run"].startswith("print what would run"), batch_flags["--dry-run"]
+    for argv in (["run", "reference", "--name", "x"], ["selftest"]):  # --unisolated: the old spelling, still accepted
+        assert build_parser().parse_args([*argv, "--unisolated"]).same_user, argv
+        assert not build_parser().parse_args(argv).same_user, argv
 
 
 def test_a_zip_or_a_folder_holding_only_a_zip_is_read_as_the_grader_reads_it(tmp_path, capsys):

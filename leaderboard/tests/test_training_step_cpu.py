@@ -1,4 +1,4 @@
-"""The training-step board's CPU dry run: the whole pipeline with gloo on two processes, and each fixture's verdict.
+"""The training-step board's ``--cpu`` run: the whole pipeline with gloo on two processes, and each fixture's verdict.
 
 Staff only (part of the kit's self-check). Runs each fixture of
 fixtures/training_step on the tiny config: the honest plain-DDP entry is accepted
@@ -81,10 +81,10 @@ def test_the_official_config_is_cs336_2026s():
     assert OFFICIAL.time_limit_s == 600
 
 
-def test_the_cli_dry_run_records_the_run_with_its_stack(tmp_path, capsys):
+def test_the_cli_cpu_run_records_the_run_with_its_stack(tmp_path, capsys):
     store = tmp_path / "records.jsonl"
     submission = materialize(get("cheat_no_update"), tmp_path / "cheat_no_update")
-    status = main(["run", str(submission), "--dry-run", "--name", "cheater", "--store", str(store)])
+    status = main(["run", str(submission), "--cpu", "--name", "cheater", "--store", str(store)])
     assert status == 1 and "no_update" in capsys.readouterr().out
     [entry] = read_records(store)
     assert entry["name"] == "cheater" and not entry["accepted"] and entry["mode"] == "tiny"

@@ -1,6 +1,6 @@
 """The parent's judgement of a worker's messages: order, correctness in the parent, brackets.
 
-Each test builds the messages a worker would send for the dry-run problem (the outputs computed
+Each test builds the messages a worker would send for the CPU problem (the outputs computed
 with the reference itself), stamps them as the parent would on arrival, and changes one thing.
 """
 
@@ -14,7 +14,7 @@ from leaderboard.protocol import Message
 from leaderboard.verdict import Judgement, Observed, Run, check_profile, judge
 from tests.flash_reference import attention_float64
 
-RUN = Run("dry-run", 1, seed=7, triton_names={"flash_fwd_kernel"})
+RUN = Run("cpu", 1, seed=7, triton_names={"flash_fwd_kernel"})
 MATMUL = lambda: (0.05, "256^3 float32")  # noqa: E731: 0.05 TFLOP/s: a floor far below the times below
 
 

@@ -4,7 +4,7 @@ anywhere it could write once the run ends.
 
 Each check runs the parent on a small attack submission that, at import, sends to a listener
 this test starts on the host's loopback and leaves a file in every shared folder it can write;
-the same submission run unconfined (as root, ``--unisolated``) reaches the listener, which
+the same submission run unconfined (as root, ``--same-user``) reaches the listener, which
 shows the attack works where nothing stops it. Needs root, like every isolated run.
 """
 
@@ -108,11 +108,11 @@ def _left_by(uid: int) -> list[str]:
 
 
 def test_unconfined_the_attack_reaches_the_hosts_loopback(attack, monkeypatch, capfd):
-    import leaderboard.sandbox
+    import leaderboard.worker_setup
 
     submission, listener = attack
-    monkeypatch.setattr(leaderboard.sandbox, "is_root", lambda: False)
-    record = run_submission(submission, "attack", mode="dry-run", unisolated=True)
+    monkeypatch.setattr(leaderboard.worker_setup, "is_root", lambda: False)
+    record = run_submission(submission, "attack", mode="cpu", same_user=True)
     assert record["isolation"].startswith("none"), record["isolation"]
     assert "attack: sent to the host's loopback" in capfd.readouterr().err
     assert b"the gate's inputs" in listener.received
@@ -120,7 +120,7 @@ def test_unconfined_the_attack_reaches_the_hosts_loopback(attack, monkeypatch, c
 
 def test_a_confined_worker_reaches_nothing_on_the_host_and_leaves_no_file(attack, capfd):
     submission, listener = attack
-    record = run_submission(submission, "attack", mode="dry-run")
+    record = run_submission(submission, "attack", mode="cpu")
     assert record["isolation"].startswith("uid "), record["isolation"]
     uid = int(record["isolation"].split()[1])
     err = capfd.readouterr().err

@@ -1,7 +1,9 @@
-"""``python -m leaderboard.training_step run SUBMISSION [--dry-run | --small | --trial] [--name N] [--store FILE]``.
+"""``python -m leaderboard.training_step run SUBMISSION [--cpu | --small | --trial] [--name N] [--store FILE]``.
 
 Judges and times one submission, prints the verdict, and appends the run's record (with the
 stack and the devices) to the store. Exit status: 0 accepted, 1 refused, 2 cannot run here.
+``--cpu`` is the FlashAttention board's flag too; ``--dry-run``, its old spelling here, is
+still accepted.
 """
 
 from __future__ import annotations
@@ -21,24 +23,25 @@ def main(argv: list[str] | None = None) -> int:
     one = sub.add_parser("run", help="check, then time, one submission's training step")
     one.add_argument("submission")
     one.add_argument("--name", help="the entry's name in the store (default: the submission folder's name)")
-    one.add_argument("--store", help=f"records file (default {DEFAULT_STORE}; dry runs are recorded only with --store)")
+    one.add_argument("--store", help=f"records file (default {DEFAULT_STORE}; --cpu runs are recorded only with --store)")
     mode = one.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="CPU: the tiny config with gloo (the pipeline only)")
+    mode.add_argument("--cpu", action="store_true", help="CPU: the tiny config with gloo (the pipeline only)")
+    mode.add_argument("--dry-run", dest="cpu", action="store_true", help=argparse.SUPPRESS)  # the old spelling
     mode.add_argument("--trial", action="store_true", help="the official config with short timings")
     mode.add_argument("--small", action="store_true", help="2 GPUs: the official shape in small, bf16 (a trusted "
                                                            "run that fits one GPU)")
     args = parser.parse_args(argv)
-    moved = moved_store_message(Path(args.store or DEFAULT_STORE)) if args.store or not args.dry_run else None
+    moved = moved_store_message(Path(args.store or DEFAULT_STORE)) if args.store or not args.cpu else None
     if moved:
         print(f"leaderboard.training_step: {moved}", file=sys.stderr)
         return 2
-    if args.dry_run:
+    if args.cpu:
         outcome = run(args.submission, "tiny", backend="gloo")
     else:
         from tests import gpus
 
         if gpus.count() < 2:
-            print("the official run needs two CUDA GPUs; use --dry-run on a CPU", file=sys.stderr)
+            print("the official run needs two CUDA GPUs; use --cpu on a CPU", file=sys.stderr)
             return 2
         name = "small" if args.small else "trial" if args.trial else "official"
         try:
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         except NotImplementedError as error:
             print(error, file=sys.stderr)
             return 2
-    if args.store or not args.dry_run:
+    if args.store or not args.cpu:
         record(outcome, args.name or Path(args.submission).resolve().name, args.submission,
                args.store or DEFAULT_STORE)
     if outcome.accepted:

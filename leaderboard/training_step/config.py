@@ -1,7 +1,7 @@
 """What the training-step board runs: the model and batch, the timing, the tolerances, the limits.
 
 Read by the harness, the trusted run and the verdicts of leaderboard/training_step. The
-official config is CS336 2026's (handout §9); the tiny one is the CPU dry run's, which tests
+official config is CS336 2026's (handout §9); the tiny one is the ``--cpu`` run's, which tests
 the whole pipeline with gloo on two processes in a few seconds.
 """
 
@@ -74,7 +74,7 @@ TINY = StepConfig(
     name="tiny", d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=97, context_length=16,
     batch_size=4, compute_dtype="float32", gate_steps=3, warmup_calls=1, rep_calls=3, time_limit_s=120.0,
 )
-"""The CPU dry run's problem (gloo, two processes): the pipeline, not the speed."""
+"""The ``--cpu`` run's problem (gloo, two processes): the pipeline, not the speed."""
 
 SMALL = StepConfig(
     name="small", d_model=512, d_ff=1376, num_layers=4, num_heads=8, vocab_size=8192, context_length=1024,
@@ -87,6 +87,6 @@ pipeline with a trusted single-process run that fits one GPU."""
 
 TINY_BF16 = dataclasses.replace(TINY, name="tiny_bf16", compute_dtype="bfloat16", gate_steps=2, loss_rtol=2e-2,
                                 update_rtol=0.3)
-"""The dry run of the 16-bit gate (the updates compared in norm), on the CPU."""
+"""The 16-bit gate (the updates compared in norm) on the CPU."""
 
 CONFIGS = {config.name: config for config in (OFFICIAL, TRIAL, SMALL, TINY, TINY_BF16)}

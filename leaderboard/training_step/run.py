@@ -2,7 +2,7 @@
 
 Read by ``__main__.py`` and leaderboard/tests/test_training_step_cpu.py. The submission runs
 only in the ranks (started by part 2's launcher); this process builds the trusted run and
-makes the verdict. A dry run uses the tiny config with gloo on the CPU; the official run uses
+makes the verdict. A ``--cpu`` run uses the tiny config with gloo on the CPU; the official run uses
 NCCL on two GPUs.
 """
 
@@ -58,7 +58,7 @@ def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: s
     began = time.monotonic()
     settings = config.as_dict()
     result = launch(lambda: types.SimpleNamespace(__file__=str(adapters_file)),
-                    "leaderboard.training_step.harness.run_rank", config.world_size, {"config": settings},
+                    "leaderboard.training_step.rank.run_rank", config.world_size, {"config": settings},
                     backend=backend, timeout_s=config.time_limit_s)
     seconds = time.monotonic() - began
 

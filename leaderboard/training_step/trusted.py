@@ -3,7 +3,7 @@
 Read by ``verdict.py``. Runs in the parent, with the kit's model (``harness.build_model``) and
 the same data and settings as the ranks: data parallelism over equal slices, averaging the
 gradients, must give the whole batch's losses and parameters. On the official config this
-needs a GPU that holds the 8B model's training state; the dry run's tiny config runs anywhere.
+needs a GPU that holds the 8B model's training state; the ``--cpu`` run's tiny config runs anywhere.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .harness import build_model, global_batch
+from .rank import build_model, global_batch
 
 
 def trusted_run(config: dict, device: str = "cpu") -> dict:

@@ -28,7 +28,7 @@ class LaunchLog:
     """Notes each launch of a Triton kernel defined under ``root``; ``take()`` returns and clears them.
 
     With ``root`` None every launch is noted, its ``file`` the defining file's real path: the
-    leaderboard's CPU dry run, whose parent judges the names against its own reading of the
+    leaderboard's ``--cpu`` run, whose parent judges the names against its own reading of the
     submission's source (``triton_source.py``).
     """
 

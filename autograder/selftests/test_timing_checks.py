@@ -1,4 +1,4 @@
-"""The harness checks of §1.1 reject the two classic timing bugs and accept a correct harness.
+"""The timer checks of §1.1 reject the two classic timing bugs and accept a correct timer.
 
 The checks in tests/timing_checks.py are what the visible and hidden tests run on a student's
 ``time_steps``; here they run on autograder/selftests/broken_harnesses.py.
@@ -18,15 +18,15 @@ REJECTED_BY = {
 
 
 @pytest.mark.parametrize(
-    ("harness", "check"),
-    [(harness, check) for harness, checks in REJECTED_BY.items() for check in checks],
+    ("timer", "check"),
+    [(timer, check) for timer, checks in REJECTED_BY.items() for check in checks],
     ids=lambda value: value if isinstance(value, str) else value.__name__,
 )
-def test_check_rejects_broken_harness(harness, check):
+def test_check_rejects_broken_timer(timer, check):
     with pytest.raises(AssertionError):
-        check(getattr(broken_harnesses, harness))
+        check(getattr(broken_harnesses, timer))
 
 
 @pytest.mark.parametrize("check", timing_checks.ALL_CHECKS, ids=lambda check: check.__name__)
-def test_check_accepts_a_correct_harness(check):
+def test_check_accepts_a_correct_timer(check):
     check(broken_harnesses.correct)

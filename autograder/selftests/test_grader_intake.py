@@ -11,7 +11,7 @@ import pytest
 
 from autograder.protocol import ForgedRecord, Signer, Verifier, new_key
 from autograder.results import leaderboard_entries
-from autograder.sandbox import build_sandbox
+from autograder.intake import copy_submission
 from tests import gpus
 
 
@@ -31,7 +31,7 @@ def _submission(root: Path) -> Path:
 
 def test_folder_submission_keeps_only_graded_files(tmp_path):
     source = _submission(tmp_path / "sub")
-    report = build_sandbox(source, tmp_path / "box")
+    report = copy_submission(source, tmp_path / "box")
     kept = sorted(str(p.relative_to(tmp_path / "box")) for p in (tmp_path / "box").rglob("*") if p.is_file())
     assert kept == ["adapters.py", "cs336_systems/__init__.py", "cs336_systems/sub/kernel.py"]
     left = " ".join(report.left_out)
@@ -46,7 +46,7 @@ def test_links_out_of_the_submission_are_not_followed(tmp_path):
     source = _submission(tmp_path / "sub")
     (source / "cs336_systems" / "leak.py").symlink_to(secret)
     (source / "cs336_systems" / "inside.py").symlink_to(source / "cs336_systems" / "sub" / "kernel.py")
-    report = build_sandbox(source, tmp_path / "box")
+    report = copy_submission(source, tmp_path / "box")
     assert not (tmp_path / "box" / "cs336_systems" / "leak.py").exists()
     assert (tmp_path / "box" / "cs336_systems" / "inside.py").read_text() == "Y = 2\n"
     assert any("leak.py" in line and "outside" in line for line in report.left_out)
@@ -64,7 +64,7 @@ def test_zip_submission_in_a_subfolder_with_unsafe_members(tmp_path):
         link = zipfile.ZipInfo("my_work/cs336_systems/link.py")
         link.external_attr = (stat.S_IFLNK | 0o777) << 16
         zf.writestr(link, "/etc/passwd")
-    report = build_sandbox(archive, tmp_path / "box")
+    report = copy_submission(archive, tmp_path / "box")
     kept = sorted(str(p.relative_to(tmp_path / "box")) for p in (tmp_path / "box").rglob("*") if p.is_file())
     assert kept == ["adapters.py", "cs336_systems/__init__.py", "cs336_systems/a.py"]
     assert not (tmp_path / "escape.py").exists()
@@ -73,7 +73,7 @@ def test_zip_submission_in_a_subfolder_with_unsafe_members(tmp_path):
 
 def test_empty_upload_gets_an_adapters_that_explains(tmp_path):
     (tmp_path / "upload").mkdir()
-    report = build_sandbox(tmp_path / "upload", tmp_path / "box")
+    report = copy_submission(tmp_path / "upload", tmp_path / "box")
     assert "make_submission.sh" in (tmp_path / "box" / "adapters.py").read_text()
     assert (tmp_path / "box" / "cs336_systems" / "__init__.py").exists()
     assert report.added

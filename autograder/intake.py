@@ -1,4 +1,5 @@
-"""Copy a submission into a fresh sandbox directory, keeping only what the tests may import.
+"""The grader's intake: copy an upload (a submission folder or zip) into a fresh folder, keeping
+only what the tests may import.
 
 Read by the grader (autograder/grade.py) and by staff who wonder why a student's file was
 ignored. A submission is a directory, or a zip (as made by make_submission.sh), holding
@@ -12,7 +13,7 @@ test configuration or shadow a library: no ``conftest.py``, ``pytest.ini``, ``py
 ``setup.cfg``, ``sitecustomize.py``, ``*.pth``, and no top-level ``torch.py`` or ``pytest/``.
 Symbolic links are followed only to files inside the submission or to the kit's own student
 files (the provided ``cs336_systems`` modules), so a link cannot pull the hidden tests or the
-reference into the sandbox. A directory is read by ``tests/submission.py``'s reader; this
+reference into the copy. A directory is read by ``tests/submission.py``'s reader; this
 module adds the reading of a zip.
 
 A zip is read as hostile input (the grader runs as root, before any test process drops its
@@ -32,7 +33,7 @@ rights), and its headers are never trusted:
 
 A zip that cannot be read (bad CRC, truncated, not a zip, bad header, unsupported compression,
 encrypted) or that breaks a limit raises SubmissionRejected, whose text tells the student what
-is wrong and how to fix it, and the sandbox is left empty; the grader then writes a results.json
+is wrong and how to fix it, and the folder is left empty; the grader then writes a results.json
 that scores 0 with that text (autograder/grade.py). An entry that is honest but larger than its
 per-file limit is only left out, and the rest is graded.
 """
@@ -84,10 +85,10 @@ class SubmissionRejected(ValueError):
     """The zip is corrupt or breaks a limit; ``str(error)`` is the whole message for the student.
 
     ``report`` says what had been seen when it was rejected (its ``copied`` is empty: the
-    sandbox is emptied).
+    folder is emptied).
     """
 
-    def __init__(self, message: str, report: SandboxReport | None = None):
+    def __init__(self, message: str, report: IntakeReport | None = None):
         super().__init__(message)
         self.report = report
 
@@ -103,8 +104,8 @@ def _too_large(detail: str) -> SubmissionRejected:
 
 
 @dataclass
-class SandboxReport:
-    """What was copied into the sandbox, what was left out and why, and what the grader added."""
+class IntakeReport:
+    """What was copied into the folder, what was left out and why, and what the grader added."""
 
     root: Path
     copied: list[str] = field(default_factory=list)
@@ -175,7 +176,7 @@ def _find_root(names: list[PurePosixPath]) -> PurePosixPath | None:
 def _open_new(dest: Path, relative: PurePosixPath):
     """A new file ``dest/relative`` (mode 0644, folders 0755) open for binary writing.
 
-    Never follows a link and never replaces a file: the sandbox holds only what this module made.
+    Never follows a link and never replaces a file: the folder holds only what this module made.
     Raises OSError when the path is taken (say, by a folder of the same name).
     """
     path = dest.joinpath(*relative.parts)
@@ -210,8 +211,8 @@ def _check_directory(archive: Path) -> None:
                          f"{MAX_DIRECTORY_BYTES // 1024} KiB allowed (it holds far too many files)")
 
 
-def _plan_zip(zf: zipfile.ZipFile, report: SandboxReport) -> list[tuple[zipfile.ZipInfo, PurePosixPath]]:
-    """The entries to extract, with their paths in the sandbox; the others are listed as left out.
+def _plan_zip(zf: zipfile.ZipFile, report: IntakeReport) -> list[tuple[zipfile.ZipInfo, PurePosixPath]]:
+    """The entries to extract, with their paths in the folder; the others are listed as left out.
 
     Raises SubmissionRejected when the zip breaks a limit by its own account (entry count,
     total declared size, declared compression ratio, a compression method or encryption that
@@ -360,7 +361,7 @@ def _extract(file, info: zipfile.ZipInfo, relative: PurePosixPath, dest: Path, t
     return written
 
 
-def _from_zip(archive: Path, dest: Path, report: SandboxReport) -> None:
+def _from_zip(archive: Path, dest: Path, report: IntakeReport) -> None:
     """Extract the wanted entries of ``archive`` (see the module docstring for the limits)."""
     try:
         _check_directory(archive)
@@ -383,7 +384,7 @@ def _from_zip(archive: Path, dest: Path, report: SandboxReport) -> None:
             report.copied.append(str(relative))
 
 
-def _from_tree(source: Path, dest: Path, report: SandboxReport, link_roots: list[Path]) -> None:
+def _from_tree(source: Path, dest: Path, report: IntakeReport, link_roots: list[Path]) -> None:
     """Copy what ``tests/submission.py``'s reader reads of the directory ``source``; list the rest."""
     read = read_submission(source, link_roots)
     for relative, data in read.files.items():
@@ -401,7 +402,7 @@ def _empty(folder: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
-def build_sandbox(submission: Path, dest: Path, *, link_roots: list[Path] = ()) -> SandboxReport:
+def copy_submission(submission: Path, dest: Path, *, link_roots: list[Path] = ()) -> IntakeReport:
     """Copy ``submission`` (directory or zip) into the empty directory ``dest``; see the module docstring.
 
     ``link_roots`` are extra directories that symbolic links in the submission may point into
@@ -412,7 +413,7 @@ def build_sandbox(submission: Path, dest: Path, *, link_roots: list[Path] = ()) 
     """
     dest.mkdir(parents=True, exist_ok=True)
     dest.chmod(0o755)
-    report = SandboxReport(root=dest)
+    report = IntakeReport(root=dest)
     source = locate_submission(submission)
     if source.is_file():
         try:

@@ -19,7 +19,7 @@ the parent (root):
 
 ``preflight`` refuses to start (``SandboxUnavailable``, exit status 2) when the kit, the store
 or the interpreter is writable by the uid, or when the parent is not root and the run was not
-explicitly ``--unisolated``.
+explicitly ``--same-user``.
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ WORKER_MODULES = (
     "leaderboard/config.py",
     "leaderboard/detectors.py",
     "leaderboard/gate.py",
-    "leaderboard/harness.py",
     "leaderboard/kernels.py",
     "leaderboard/machine.py",
     "leaderboard/protocol.py",
-    "leaderboard/trusted.py",
+    "leaderboard/timer_guard.py",
+    "leaderboard/timing.py",
     "leaderboard/worker.py",
     "tests/__init__.py",
     "tests/assertions.py",
@@ -82,9 +82,9 @@ PASSED_VARIABLES = (
     "CC",
     "CXX",
 )
-UNISOLATED_HINT = (
+SAME_USER_HINT = (
     "run the leaderboard as root, so that the student code runs as an unprivileged uid of its own "
-    "that cannot write the kit or the results store; or pass --unisolated to run code you trust "
+    "that cannot write the kit or the results store; or pass --same-user to run code you trust "
     "(your own) as yourself"
 )
 
@@ -99,7 +99,7 @@ def is_root() -> bool:
 
 @dataclass(frozen=True)
 class Identity:
-    """Who the worker runs as: a leased uid and gid, or None for both (``--unisolated``)."""
+    """Who the worker runs as: a leased uid and gid, or None for both (``--same-user``)."""
 
     uid: int | None
     gid: int | None
@@ -253,7 +253,7 @@ def worker_env(mode: str, dirs: SandboxDirs) -> dict[str, str]:
         TRITON_CACHE_DIR=str(cache / "triton"),
         TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
     )
-    if mode == "dry-run":
+    if mode == "cpu":
         env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     else:
         # Compile in the worker itself: a pool of compile processes per run costs more to

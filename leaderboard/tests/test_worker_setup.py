@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from confine.views import blocked_directories, unreadable
-from leaderboard.sandbox import Identity, lease_uid, make_sandbox, remove_sandbox, worker_env, writable_paths
+from leaderboard.worker_setup import Identity, lease_uid, make_sandbox, remove_sandbox, worker_env, writable_paths
 
 NOBODY = Identity(61999, 61999)
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="leasing uids and handing files to them needs root")
@@ -44,7 +44,7 @@ def test_the_worker_environment_is_built_from_scratch(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     dirs = make_sandbox({"adapters.py": b""}, Identity(None, None))
     try:
-        env = worker_env("dry-run", dirs)
+        env = worker_env("cpu", dirs)
         assert "hunter2" not in env.values() and "PYTHONPATH" not in env
         assert env["HOME"].startswith(str(dirs.work)) and env["TRITON_CACHE_DIR"].startswith(str(dirs.work))
         assert env["TRITON_INTERPRET"] == "1" and "TORCHINDUCTOR_COMPILE_THREADS" in worker_env("quick", dirs)

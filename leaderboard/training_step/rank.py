@@ -1,4 +1,4 @@
-"""The official harness: each rank builds the model and its rows, runs the submission's step, and times it.
+"""What each rank runs: it builds the model and its rows, runs the submission's step, and times it.
 
 Read by ``run.py`` (the parent), which starts ``world_size`` ranks through part 2's launcher
 (tests/executor/probes/parallel_launch.py: gloo on the CPU, NCCL with one GPU a rank; every

@@ -5,7 +5,7 @@ import time
 import torch
 from torch.overrides import TorchFunctionMode
 
-from leaderboard.trusted import capture_clock, check_untampered, find_patches, snapshot
+from leaderboard.timer_guard import capture_clock, check_untampered, find_patches, snapshot
 
 
 def test_nothing_changed_nothing_found():

@@ -1,6 +1,6 @@
-"""The program the grader starts for each test run: pytest plus the grader's plugin.
+"""The harness: the trusted pytest process the grader starts for each test run, with its plugin.
 
-Started by autograder/runner.py as ``python -I -B sandboxed_pytest.py KIT KEY_FD RECORD_FD
+Started by autograder/runner.py as ``python -I -B harness_pytest.py KIT KEY_FD RECORD_FD
 RUN_ONLY -- PYTEST_ARGS...`` (RUN_ONLY is "-" when unused). This process is the harness: it
 never imports the submission, which runs in the executor that the kit's conftest starts for
 ``--isolate`` (tests/executor/). ``-I``
@@ -34,7 +34,7 @@ def limit_memory() -> None:
 def main(argv: list[str]) -> int:
     kit, key_fd, record_fd, run_only, separator, *pytest_args = argv
     if separator != "--":
-        raise SystemExit("usage: sandboxed_pytest.py KIT KEY_FD RECORD_FD RUN_ONLY -- PYTEST_ARGS...")
+        raise SystemExit("usage: harness_pytest.py KIT KEY_FD RECORD_FD RUN_ONLY -- PYTEST_ARGS...")
     try:  # if the machine runs out of memory, the kernel should kill a test process, not the grader
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:

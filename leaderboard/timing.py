@@ -1,7 +1,7 @@
-"""The official timing harness, and the matmul rate that sets the physical floor.
+"""The official timing loop, and the matmul rate that sets the physical floor.
 
 Staff and students read this file to know exactly what the leaderboard time is. It is CS336's
-harness, followed literally:
+timing code, followed literally:
 
     q, k, v = torch.randn(3, 16, 16384, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     flash = torch.compile(FlashAttention.apply)
@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 
 from leaderboard.config import MATMUL_SIZE_CPU, MATMUL_SIZE_GPU, Problem, TimingSettings, matmul_flops
-from leaderboard.trusted import TrustedClock
+from leaderboard.timer_guard import CapturedClock
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def time_calls(fn: Callable[[], object], settings: TimingSettings, clock: TrustedClock, *, warmup_ms: int | None = None, rep_ms: int | None = None) -> Timing:
+def time_calls(fn: Callable[[], object], settings: TimingSettings, clock: CapturedClock, *, warmup_ms: int | None = None, rep_ms: int | None = None) -> Timing:
     """Time ``fn``: ``do_bench`` with CUDA, the host clock without (see module docstring)."""
     if clock.do_bench is not None:
         times = clock.do_bench(
@@ -82,12 +82,12 @@ def time_calls(fn: Callable[[], object], settings: TimingSettings, clock: Truste
 
 
 def official_inputs(problem: Problem):
-    """q, k, v exactly as the official harness makes them: three views of one (3, ...) leaf."""
+    """q, k, v exactly as CS336's timing code makes them: three views of one (3, ...) leaf."""
     q, k, v = torch.randn(3, *problem.shape, dtype=problem.dtype, device=problem.device, requires_grad=True)
     return q, k, v
 
 
-def _bracketed(fn: Callable[[], object], settings: TimingSettings, clock: TrustedClock, bracket: Callable | None, label: str) -> Timing:
+def _bracketed(fn: Callable[[], object], settings: TimingSettings, clock: CapturedClock, bracket: Callable | None, label: str) -> Timing:
     """``time_calls(fn)`` inside ``bracket(label)`` (a context manager yielding a list that
     receives the per-call times; see ``worker.Evaluation.bracket``), or bare without one."""
     with (bracket(label) if bracket is not None else nullcontext([])) as times:
@@ -97,7 +97,7 @@ def _bracketed(fn: Callable[[], object], settings: TimingSettings, clock: Truste
 
 
 def time_official(
-    flash: Callable, problem: Problem, settings: TimingSettings, clock: TrustedClock, repeats: int = 1, bracket: Callable | None = None
+    flash: Callable, problem: Problem, settings: TimingSettings, clock: CapturedClock, repeats: int = 1, bracket: Callable | None = None
 ) -> list[Timing]:
     """The official timing, ``repeats`` times on the same inputs (one Timing each, labelled
     ``official_1``, ... for ``bracket``)."""
@@ -111,7 +111,7 @@ def time_official(
     return [_bracketed(flash_forward_backward, settings, clock, bracket, f"official_{i + 1}") for i in range(repeats)]
 
 
-def time_random_dO(flash: Callable, problem: Problem, settings: TimingSettings, clock: TrustedClock, bracket: Callable | None = None) -> Timing:
+def time_random_dO(flash: Callable, problem: Problem, settings: TimingSettings, clock: CapturedClock, bracket: Callable | None = None) -> Timing:
     """The official timing with ``o.backward(dO)`` for a fixed random dO instead of ``o.sum()``
     (labelled ``random_dO`` for ``bracket``)."""
     q, k, v = official_inputs(problem)
@@ -124,7 +124,7 @@ def time_random_dO(flash: Callable, problem: Problem, settings: TimingSettings, 
     return _bracketed(flash_forward_backward_random_dO, settings, clock, bracket, "random_dO")
 
 
-def matmul_tflops(problem: Problem, settings: TimingSettings, clock: TrustedClock) -> tuple[float, str]:
+def matmul_tflops(problem: Problem, settings: TimingSettings, clock: CapturedClock) -> tuple[float, str]:
     """The rate of one square matrix product, in TFLOP/s, and a label for it.
 
     On a GPU: 8192^3 in bfloat16 (``torch.matmul``, cuBLAS), timed by do_bench. On a CPU: a

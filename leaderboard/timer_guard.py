@@ -1,4 +1,5 @@
-"""Timers captured before the submission is imported, and the check that nothing was patched.
+"""Run in the worker, beside the submission: timers captured before it is imported, and the check
+that nothing was patched.
 
 Staff read this file to know how the leaderboard defends its clocks. The submission runs in the
 same process as the timing (it has to: its tensors live in that process), so before importing
@@ -23,7 +24,7 @@ import torch
 
 from leaderboard.detectors import Refusal
 
-# Module functions the harness calls, directly or through triton.testing.do_bench.
+# Module functions the timing loop (``timing``) calls, directly or through triton.testing.do_bench.
 WATCHED_MODULE_NAMES = {
     "time": ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "sleep"),
     "statistics": ("median", "mean"),
@@ -130,13 +131,13 @@ def check_untampered(before: Snapshot, when: str) -> Refusal | None:
     shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
     return Refusal(
         "patched_timers",
-        f"{when}: {shown}. The harness's timers, synchronisation and torch functions must be "
+        f"{when}: {shown}. The leaderboard's timers, synchronisation and torch functions must be "
         "left as they are.",
     )
 
 
 @dataclass(frozen=True)
-class TrustedClock:
+class CapturedClock:
     """The clocks the worker uses, captured before any submission code runs.
 
     ``synchronize`` waits for all work on the device (every stream); ``do_bench`` and ``Event``
@@ -150,11 +151,11 @@ class TrustedClock:
     median: Callable[[list[float]], float]
 
 
-def capture_clock(cuda: bool) -> TrustedClock:
+def capture_clock(cuda: bool) -> CapturedClock:
     """Keep references to the timers now, before the submission can replace them."""
     if cuda:
         import triton.testing
 
-        return TrustedClock(time.perf_counter, torch.cuda.synchronize, triton.testing.do_bench, torch.cuda.Event, statistics.median)
-    return TrustedClock(time.perf_counter, lambda: None, None, None, statistics.median)
+        return CapturedClock(time.perf_counter, torch.cuda.synchronize, triton.testing.do_bench, torch.cuda.Event, statistics.median)
+    return CapturedClock(time.perf_counter, lambda: None, None, None, statistics.median)
 

@@ -8,7 +8,7 @@ from fixtures.leaderboard import get
 from leaderboard.store import read_records
 
 
-def test_dry_run_accepts_honest_refuses_patched_timers_and_tables_both(tmp_path, capfd):
+def test_cpu_run_accepts_honest_refuses_patched_timers_and_tables_both(tmp_path, capfd):
     store = tmp_path / "records.jsonl"
     honest_slow, patched_timers = (materialize(get(name), tmp_path / name) for name in ("honest_slow", "cheat_patched_timers"))
     assert main(["run", str(honest_slow), "--name", "honest", "--cpu", "--store", str(store)]) == 0
@@ -19,7 +19,7 @@ def test_dry_run_accepts_honest_refuses_patched_timers_and_tables_both(tmp_path,
 
     honest, patcher = read_records(store)
     assert honest["accepted"] and honest["name"] == "honest" and len(honest["submission_hash"]) == 64
-    assert honest["time_ms"] > 0 and honest["floor_ms"] > 0 and honest["mode"] == "dry-run"
+    assert honest["time_ms"] > 0 and honest["floor_ms"] > 0 and honest["mode"] == "cpu"
     assert {"lazy_output", "mutated_inputs", "incorrect", "cached_outputs", "library_attention", "ones_dO", "below_floor"} <= {
         check for check, status in honest["checks"].items() if status == "passed"
     }
