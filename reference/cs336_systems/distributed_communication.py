@@ -176,9 +176,16 @@ def run_ranks(backend: str, world_size: int, sizes: list[int], *, warmup_steps: 
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="all-reduce-") as work:
-        mp.start_processes(_rank_main, args=(world_size, backend, work, sizes, warmup_steps, measure_steps),
-                           nprocs=world_size, join=True, start_method="spawn")
-        return torch.load(os.path.join(work, "results.pt"), weights_only=True)
+        results = os.path.join(work, "results.pt")
+        try:
+            mp.start_processes(_rank_main, args=(world_size, backend, work, sizes, warmup_steps, measure_steps),
+                               nprocs=world_size, join=True, start_method="spawn")
+        except mp.ProcessExitedException:
+            # Rank 0 writes the results once every rank has measured; a rank that dies after
+            # that died in its teardown (gloo's threads can abort there), and the results stand.
+            if not os.path.exists(results):
+                raise
+        return torch.load(results, weights_only=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -198,8 +205,9 @@ def _rank_main(rank: int, world_size: int, backend: str, work: str, sizes: list[
     try:
         results = [benchmark_all_reduce(size, warmup_steps=warmup_steps, measure_steps=measure_steps, device=device)
                    for size in sizes]
-        if rank == 0:
-            torch.save(results, os.path.join(work, "results.pt"))
+        if rank == 0:  # written whole or not at all
+            torch.save(results, os.path.join(work, "results.tmp"))
+            os.replace(os.path.join(work, "results.tmp"), os.path.join(work, "results.pt"))
     finally:
         dist.destroy_process_group()
 
