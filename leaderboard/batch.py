@@ -25,10 +25,13 @@ from autograder.batch.driver import write_summary
 from autograder.batch.executors import Job, Outcome
 from autograder.batch.export import read_export
 from leaderboard.store import DEFAULT_STORE, append_record, read_records
+from leaderboard.worker_setup import WORKER_MODULES
 from tests.submission import SubmissionNotFound, locate_submission, submission_hash
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_FILES = ("leaderboard/*.py",)  # what decides a timing and a verdict
+# What decides a timing and a verdict: the parent's modules and every module the worker runs
+# (confine/ and the kit's tests/ modules among them), so a change to any re-times the entries.
+CODE_FILES = ("leaderboard/*.py", *WORKER_MODULES)
 RUN_LIMIT_S = 1200  # the worker's own limit is 600 s; the parent's matmul rate and the check come on top
 WORDING = Wording(command="leaderboard batch", title="Leaderboard batch", verb="time", done="timed", noun="timings",
                   version="code")

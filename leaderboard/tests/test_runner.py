@@ -151,3 +151,22 @@ def test_a_zip_or_a_folder_holding_only_a_zip_is_read_as_the_grader_reads_it(tmp
     (broken / "submission.zip").write_bytes((folder / "submission.zip").read_bytes()[:200])
     assert main(["run", str(broken), "--name", "broken", "--cpu"]) == 2
     assert "your zip is corrupt" in capsys.readouterr().err
+
+
+def test_the_batch_code_version_covers_every_module_the_worker_runs(tmp_path):
+    """A cached timing is reused only under the same code: a change to confine/ or to a kit module
+    the worker imports (not only leaderboard/) must change the batch's code version."""
+    from autograder.batch.driver import version_hash
+    from leaderboard.batch import CODE_FILES
+    from leaderboard.worker_setup import WORKER_MODULES
+
+    for relative in ("leaderboard/runner.py", *WORKER_MODULES):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("# v1\n")
+    before = version_hash(tmp_path, CODE_FILES)
+    for relative in ("confine/frames.py", "tests/flash_tolerances.py", "leaderboard/runner.py"):
+        path = tmp_path / relative
+        path.write_text("# v2\n")
+        after = version_hash(tmp_path, CODE_FILES)
+        assert after != before, f"changing {relative} left the code version at {before}"
+        before = after
