@@ -29,12 +29,11 @@ A CPU smoke run (gloo, a shrunken model; about 15 s on 2 cores)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
-import tempfile
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -52,13 +51,6 @@ def _gpus():
     from tests import gpus
 
     return gpus
-
-
-def _load_submission(directory: Path):
-    sys.path.insert(0, str(ROOT))
-    from tests.executor.probes.parallel_launch import load_submission
-
-    return load_submission(str(directory))
 
 
 def _wrap(adapters, name: str, model: torch.nn.Module, bucket_mb: float):
@@ -124,39 +116,30 @@ def _time_wrapper(adapters, name: str, args, device: torch.device, rank: int) ->
     return {"wrapper": name, "mean_s": statistics.fmean(times), "peak_bytes": peak}
 
 
-def _rank_main(rank: int, args, work: str) -> None:
+def rank_job(adapters, *, rank: int, world_size: int, device: str, args) -> list[dict]:
+    """One rank's part, run by the kit's part-2 launcher (tests/executor/probes/parallel_launch.py,
+    which starts the ranks, joins the process group and tears it down): time every wrapper, and
+    return each wrapper's slowest rank, gathered from all ranks. The launcher notes each
+    collective call in a Python list, a few microseconds per call against steps of milliseconds."""
     import torch.distributed as dist
 
-    for key, value in NCCL_ENV.items():
-        os.environ.setdefault(key, value)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.world_size))
-    adapters = _load_submission(Path(args.submission).resolve())
-    device = torch.device("cpu")
-    if args.backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
-    dist.init_process_group(args.backend, init_method=f"file://{os.path.join(work, 'store')}", rank=rank,
-                            world_size=args.world_size, timeout=datetime.timedelta(seconds=args.timeout_s))
-    try:
-        rows = []
-        for name in args.wrappers:
-            try:
-                row = _time_wrapper(adapters, name, args, device, rank)
-            except Exception as error:  # noqa: BLE001  OOM, or a wrapper that fails on every rank: the others still run
-                kind = "OOM" if isinstance(error, torch.cuda.OutOfMemoryError) else f"failed: {type(error).__name__}"
-                print(f"rank {rank}: {name}: {kind}: {str(error)[:300]}", file=sys.stderr, flush=True)
-                row = {"wrapper": name, "mean_s": float("nan"), "peak_bytes": 0, "error": kind}
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            every: list = [None] * args.world_size
-            dist.all_gather_object(every, row)
-            slowest = max(every, key=lambda r: r["mean_s"] if r["mean_s"] == r["mean_s"] else float("inf"))
-            rows.append({**slowest, "peak_bytes": max(r["peak_bytes"] for r in every)})
-        if rank == 0:
-            torch.save(rows, os.path.join(work, "rows.tmp"))
-            os.replace(os.path.join(work, "rows.tmp"), os.path.join(work, "rows.pt"))  # whole or absent
-    finally:
-        dist.destroy_process_group()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    device = torch.device(device)
+    rows = []
+    for name in args.wrappers:
+        try:
+            row = _time_wrapper(adapters, name, args, device, rank)
+        except Exception as error:  # noqa: BLE001  OOM, or a wrapper that fails on every rank: the others still run
+            kind = "OOM" if isinstance(error, torch.cuda.OutOfMemoryError) else f"failed: {type(error).__name__}"
+            print(f"rank {rank}: {name}: {kind}: {str(error)[:300]}", file=sys.stderr, flush=True)
+            row = {"wrapper": name, "mean_s": float("nan"), "peak_bytes": 0, "error": kind}
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        every: list = [None] * world_size
+        dist.all_gather_object(every, row)
+        slowest = max(every, key=lambda r: r["mean_s"] if r["mean_s"] == r["mean_s"] else float("inf"))
+        rows.append({**slowest, "peak_bytes": max(r["peak_bytes"] for r in every)})
+    return rows
 
 
 def markdown(rows: list[dict], args) -> str:
@@ -211,32 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "nccl" and _gpus().count() < args.world_size:
         parser.error(f"nccl needs {args.world_size} GPUs; found {_gpus().count()} (use --tiny or gloo)")
     for key, value in NCCL_ENV.items():
-        os.environ.setdefault(key, value)
-    import torch.multiprocessing as mp
+        os.environ.setdefault(key, value)  # before the launcher's fork server starts: every rank inherits them
+    sys.path.insert(0, str(ROOT))
+    from tests.executor.probes.parallel_launch import launch
 
-    with tempfile.TemporaryDirectory(prefix="parallel-bench-") as work:
-        context = mp.start_processes(_rank_main, args=(args, work), nprocs=args.world_size, join=False,
-                                     start_method="spawn")
-        deadline = time.monotonic() + args.timeout_s
-        rows_file = os.path.join(work, "rows.pt")
-        try:
-            while not context.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    print(f"error: the ranks did not finish within {args.timeout_s:.0f} s", file=sys.stderr)
-                    return 1
-        except mp.ProcessExitedException as error:
-            # Rank 0 writes the rows only after every wrapper's all_gather, so with them on disk
-            # every rank had finished timing: what died was a rank's teardown (gloo's threads
-            # can abort there), and the table stands.
-            if not os.path.exists(rows_file):
-                raise
-            print(f"warning: a rank died after the timings were gathered ({error}); the table is complete",
-                  file=sys.stderr)
-        finally:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-        rows = torch.load(rows_file, weights_only=True)
+    adapters_file = Path(args.submission).resolve() / "adapters.py"
+    run = launch(lambda: types.SimpleNamespace(__file__=str(adapters_file)),
+                 "benchmarks.parallel_training_benchmark.rank_job", args.world_size, {"args": args},
+                 backend=args.backend, timeout_s=args.timeout_s)
+    if run["timed_out"]:
+        print(f"error: the ranks did not finish within {args.timeout_s:.0f} s", file=sys.stderr)
+        return 1
+    if run["errors"]:
+        for rank, error in sorted(run["errors"].items()):
+            print(f"rank {rank} failed:\n{error}", file=sys.stderr)
+        return 1
+    rows = run["ranks"][0]["value"]
     table = markdown(rows, args)
     print(table, end="", flush=True)
     if args.out:
