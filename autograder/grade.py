@@ -379,6 +379,7 @@ def grade(options: GradeOptions) -> GradeReport:
         runs = _run_chains(specs, [chain.alone for chain in chains], jobs)
         printer.flush_all()
         printer.say(_chain_times(chains, specs, runs))
+        printer.say(_file_test_times(runs))
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
@@ -490,6 +491,18 @@ def _chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
         parts.append(f"{chain.suite}#{chain.index}{' (alone)' if chain.alone else ''} {seconds:.0f} s "
                      f"(expected {chain.expected_s:.0f}): {names}")
     return "grade: chain times: " + "; ".join(parts)
+
+
+def _file_test_times(runs: list[SuiteRun]) -> str:
+    """One console line: the summed test durations of each test file, longest first (the part of
+    a file's time in autograder/test_durations.toml that excludes its process start)."""
+    seconds: dict[str, float] = {}
+    for run in runs:
+        for nodeid, verdict in run.outcomes.items():
+            file = nodeid.split("::", 1)[0]
+            seconds[file] = seconds.get(file, 0.0) + verdict.duration
+    ranked = sorted(seconds.items(), key=lambda item: -item[1])
+    return "grade: test time per file: " + "; ".join(f"{file} {total:.1f} s" for file, total in ranked)
 
 
 def _run_chains(specs: list[SuiteSpec], alone: list[bool], jobs: int) -> list[SuiteRun]:

@@ -1,12 +1,14 @@
 """Batch-grade a fake Gradescope export with one GPU, then two, and check the scores against single grades.
 
-Run from the repo root as root on the two-GPU machine: ``python3 gpu_checks/batch_throughput.py
-OUTDIR PROBLEMS``. Builds the export of autograder/selftests/fake_export.py (the reference, the
-stubs, two mutants, an attack and a corrupt zip), runs ``python -m autograder batch`` on it with
-``--gpus 1`` and ``--gpus 2`` (same ``--problems``), prints each run's wall time and submissions
-per hour, then grades the reference's submission alone and checks that every CSV total of both
-batch runs equals its submission's results.json score and that the reference's equals the single
-grade's. Exit 1 on any mismatch.
+Run from the repo root as root: ``python3 gpu_checks/batch_throughput.py OUTDIR PROBLEMS [GPUS]``
+(GPUS: comma-separated GPU counts, default ``1,2``; ``1`` on a one-GPU machine). Builds the export
+of autograder/selftests/fake_export.py (the reference, the stubs, two mutants, an attack, a
+corrupt zip, a submission without adapters) plus a submission that autotunes its Triton kernel
+(fixtures/fairness/autotuned_triton), runs ``python -m autograder batch`` on it with each
+``--gpus`` (same ``--problems``), prints each run's wall time and submissions per hour per GPU
+and writes them as a Markdown table to OUTDIR/throughput.md, then grades the reference's
+submission alone and checks that every CSV total of each batch run equals its submission's
+results.json score and that the reference's equals the single grade's. Exit 1 on any mismatch.
 """
 
 from __future__ import annotations
@@ -41,14 +43,23 @@ def _csv_matches(out: Path, scores: dict[str, float]) -> bool:
     return not wrong
 
 
-def main(out: Path, problems: str) -> int:
+AUTOTUNING = {"submission_281934088": ("fairness:autotuned_triton", [("Donald Knuth", "05550109", "knuth@stanford.edu")])}
+
+
+def main(out: Path, problems: str, gpu_counts: tuple[int, ...]) -> int:
     work = Path(tempfile.mkdtemp(prefix="batch-gpu-"))
     work.chmod(0o755)
-    export = build_export(work)
-    seconds = {gpus: _batch(export, out / f"gpus{gpus}", gpus, problems) for gpus in (1, 2)}
+    out.mkdir(parents=True, exist_ok=True)
+    export = build_export(work, extra=AUTOTUNING)
+    seconds = {gpus: _batch(export, out / f"gpus{gpus}", gpus, problems) for gpus in gpu_counts}
     count = len([p for p in (work / "export" / EXPORT_DIR).iterdir() if p.is_dir()])
+    rows = ["| GPUs | submissions | problems | wall s | submissions per hour | per hour per GPU |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for gpus, wall in seconds.items():
         print(f"{gpus} GPU(s): {count} submissions in {wall:.0f} s = {count * 3600 / wall:.0f} submissions per hour")
+        rows.append(f"| {gpus} | {count} | {problems} | {wall:.0f} | {count * 3600 / wall:.0f} | "
+                    f"{count * 3600 / wall / gpus:.0f} |")
+    (out / "throughput.md").write_text("\n".join(rows) + "\n")
     reference = work / "export" / EXPORT_DIR / "submission_281934011"
     subprocess.run([sys.executable, "-m", "autograder", "grade", str(reference), "--out", str(out / "single"),
                     "--problems", problems, "--require-gpu", "-q"], cwd=KIT, check=False)
@@ -67,4 +78,7 @@ def main(out: Path, problems: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), sys.argv[2]))
+    if len(sys.argv) not in (3, 4):
+        sys.exit(__doc__)
+    counts = tuple(int(n) for n in (sys.argv[3] if len(sys.argv) == 4 else "1,2").split(","))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2], counts))

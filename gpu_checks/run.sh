@@ -4,7 +4,7 @@
 # `attacks` grades the attacks only a GPU can judge (gpu_checks/attacks_gpu.py); `parallel` runs the
 # part-2 GPU tests (NCCL, two GPUs: use the two-GPU machine); `parallel-bench` (two GPUs, under 4 min) the
 # all-reduce table (NCCL, 1 MB-1 GB, all_reduce.png) and the DDP/FSDP step-time table (parallel_training.md); `batch` grades a fake Gradescope export
-# with one GPU and with two (gpu_checks/batch_throughput.py; two-GPU machine, BATCH_PROBLEMS to choose).
+# with one GPU and with two (gpu_checks/batch_throughput.py; BATCH_PROBLEMS to choose, BATCH_GPUS=1 on one GPU).
 # Two GPUs also: `parallel-profile` (gpu_checks/parallel_profile.py: DDP overlap in the profiler's
 # timeline, FSDP memory, for the reference and the mutants those tests catch) and `parallel-mutants`
 # (every part-2 mutant, its NCCL tests included). `fairness` grades the fairness fixtures
@@ -65,7 +65,7 @@ for step in "${steps[@]}"; do
                    -p no:cacheprovider -q --durations=10 ;;
         leaderboard) run_step leaderboard python3 -m leaderboard selftest --out "$logdir/leaderboard" ;;
         attacks) run_step attacks python3 gpu_checks/attacks_gpu.py "$logdir/attacks" ;;
-        batch) run_step batch python3 gpu_checks/batch_throughput.py "$logdir/batch" "${BATCH_PROBLEMS:-flash_forward_pytorch,nsys_profile}" ;;
+        batch) run_step batch python3 gpu_checks/batch_throughput.py "$logdir/batch" "${BATCH_PROBLEMS:-flash_forward_pytorch,nsys_profile}" "${BATCH_GPUS:-1,2}" ;;
         parallel) run_step parallel python3 -m pytest tests autograder/hidden_tests -m gpu --submission reference \
                    --isolate -p no:cacheprovider -q -k "ddp or fsdp or sharded or distributed_communication" ;;
         parallel-bench)  # two GPUs; about 1-2 min: all-reduce over NCCL 1 MB-1 GB, then each part-2 wrapper on the small LM

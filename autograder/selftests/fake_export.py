@@ -16,7 +16,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from fixtures import attacks, materialize, mutants
+from fixtures import attacks, fairness, materialize, mutants
 
 KIT = Path(__file__).resolve().parents[2]
 EXPORT_DIR = "assignment_7354021_export"
@@ -56,6 +56,8 @@ def _fill(kind: str, dest: Path, scratch: Path) -> None:
         materialize(mutants.get(kind.split(":", 1)[1]), dest)
     elif kind.startswith("attack:"):
         materialize(attacks.get(kind.split(":", 1)[1]), dest)
+    elif kind.startswith("fairness:"):
+        materialize(fairness.get(kind.split(":", 1)[1]), dest)
     elif kind == "corrupt_zip":
         dest.mkdir(parents=True)
         good = scratch / "good.zip"
@@ -70,14 +72,16 @@ def _fill(kind: str, dest: Path, scratch: Path) -> None:
         raise ValueError(kind)
 
 
-def build_export(root: Path, as_zip: bool = True, only: list[str] | None = None) -> Path:
+def build_export(root: Path, as_zip: bool = True, only: list[str] | None = None,
+                 extra: dict[str, tuple[str, list[tuple[str, str, str]]]] | None = None) -> Path:
     """Write the export under ``root``; return the zip (or, with ``as_zip=False``, its folder).
-    ``only`` keeps just these submission folders."""
+    ``only`` keeps just these submission folders; ``extra`` adds more, in ``SUBMISSIONS``' form."""
     root = Path(root)
     folder = root / "export" / EXPORT_DIR
     scratch = root / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
     chosen = {key: value for key, value in SUBMISSIONS.items() if only is None or key in only}
+    chosen.update(extra or {})
     for name, (kind, _) in chosen.items():
         _fill(kind, folder / name, scratch)
     (folder / "submission_metadata.yml").write_text(_metadata(chosen))
