@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.release import (NEVER_RELEASED, RELEASED, RELEASED_IN_PART, ReleaseError, build_release,
+from autograder.release import (NEVER_RELEASED, RELEASED, RELEASED_IN_PART, ReleaseError,
                                 student_pyproject, student_setup)
 from confine import EXECUTOR_FILES
 
