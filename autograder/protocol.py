@@ -6,7 +6,9 @@ code is imported, and signs each line with it; the runner drops a run whose reco
 of sequence or wrongly signed. A file the student can write, or a line it prints, is never
 taken as a result.
 
-A record is one line: ``<json payload>\\t<hex HMAC-SHA256 of "<seq>:<json payload>">``.
+A record is one frame of ``confine/frames.py`` (the framing of every channel between a process
+and the one that judges it) whose payload is ``<json payload>\\t<hex HMAC-SHA256 of
+"<seq>:<json payload>">``: the signature is a thin layer on top of the shared framing.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
 
+from confine.frames import write_frame
+
 KEY_BYTES = 32
+MAX_RECORD_BYTES = 1 << 20  # a record longer than this is refused from its frame header
 
 
 class ForgedRecord(ValueError):
@@ -33,7 +37,7 @@ def _mac(key: bytes, seq: int, payload: str) -> str:
 
 
 class Signer:
-    """Writes signed records to a file descriptor (the test-process side)."""
+    """Writes signed records, one frame each, to a file descriptor (the test-process side)."""
 
     def __init__(self, key: bytes, fd: int):
         self._key = key
@@ -42,25 +46,21 @@ class Signer:
 
     def send(self, record: dict) -> None:
         payload = json.dumps(record, separators=(",", ":"), default=str)
-        line = f"{payload}\t{_mac(self._key, self._seq, payload)}\n".encode()
+        write_frame(self._fd, f"{payload}\t{_mac(self._key, self._seq, payload)}".encode())
         self._seq += 1
-        view = memoryview(line)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
 
 
 class Verifier:
-    """Checks records line by line, in order (the grader side)."""
+    """Checks records one by one, in order (the grader side)."""
 
     def __init__(self, key: bytes):
         self._key = key
         self._seq = 0
 
     def verify(self, line: bytes) -> dict:
-        """Return the record of one line (without its newline); raise ForgedRecord if it is not ours."""
+        """Return the record of one frame's payload; raise ForgedRecord if it is not ours."""
         try:
-            text = line.decode()
+            text = bytes(line).decode()
             payload, mac = text.rsplit("\t", 1)
         except (UnicodeDecodeError, ValueError) as error:
             raise ForgedRecord(f"unreadable record {line[:80]!r}") from error

@@ -33,16 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from confine import uid_pool
+from confine import frames, uid_pool
 from autograder.hidden_tests.secret import SEED_ENV, course_secret
-from autograder.protocol import ForgedRecord, Verifier, new_key
+from autograder.protocol import MAX_RECORD_BYTES, ForgedRecord, Verifier, new_key
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
 from tests.gpu_marker import not_graded_message
 
 KIT = Path(__file__).resolve().parent.parent
 PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 STARTUP_TIMEOUT_S = 300.0
-_MAX_LINE = 1 << 20
+_FRAME_WAIT_S = 10.0  # a record frame that has started arriving must finish within this
 # CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile;
 # CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/harness_pytest.py).
 _PASSED_THROUGH = (
@@ -229,12 +229,15 @@ class _Child:
         os.close(record_write)
         os.write(key_write, key)
         os.close(key_write)
-        self.buffer = b""
         self.eof = False
         self.spec = spec
 
     def records(self, timeout: float):
-        """Verified records that arrive within ``timeout`` seconds (raises ForgedRecord)."""
+        """Verified records that arrive within ``timeout`` seconds (raises ForgedRecord).
+
+        Each record is one frame (autograder/protocol.py); every frame already waiting is read.
+        A frame cut off by the test process's death, or one that starts and does not finish
+        within ``_FRAME_WAIT_S``, is a broken record, as is one over ``MAX_RECORD_BYTES``."""
         if self.eof:
             return []
         ready, _, _ = select.select([self.record_read], [], [], max(0.0, timeout))
@@ -246,15 +249,22 @@ class _Child:
                     return []
             else:
                 return []
-        chunk = os.read(self.record_read, 1 << 16)
-        if not chunk:
-            self.eof = True
-            chunk = b"\n" if self.buffer else b""
-        self.buffer += chunk
-        if len(self.buffer) > _MAX_LINE and b"\n" not in self.buffer:
-            raise ForgedRecord("a record line longer than 1 MiB")
-        *lines, self.buffer = self.buffer.split(b"\n")
-        return [self.verifier.verify(line) for line in lines if line]
+        records = []
+        while ready:
+            try:
+                payload = frames.read_frame(self.record_read, deadline=time.monotonic() + _FRAME_WAIT_S,
+                                            limit=MAX_RECORD_BYTES)
+            except frames.Truncated as error:
+                self.eof = True
+                raise ForgedRecord(f"a record cut off: {error}") from error
+            except frames.Closed:
+                self.eof = True
+                break
+            except (frames.TimedOut, frames.ProtocolError) as error:
+                raise ForgedRecord(f"a broken record: {error}") from error
+            records.append(self.verifier.verify(payload))
+            ready, _, _ = select.select([self.record_read], [], [], 0)
+        return records
 
     def kill(self) -> None:
         try:

@@ -82,13 +82,17 @@ def test_empty_upload_gets_an_adapters_that_explains(tmp_path):
 def test_records_need_the_key_and_the_order(tmp_path):
     import os
 
+    from confine.frames import Closed, read_frame
+
     key = new_key()
     read_fd, write_fd = os.pipe()
     signer = Signer(key, write_fd)
     signer.send({"type": "start", "nodeid": "a"})
     signer.send({"type": "result", "nodeid": "a", "outcome": "passed"})
     os.close(write_fd)
-    lines = os.read(read_fd, 65536).split(b"\n")[:2]
+    lines = [read_frame(read_fd), read_frame(read_fd)]  # one frame each (confine/frames.py)
+    with pytest.raises(Closed):
+        read_frame(read_fd)
     verifier = Verifier(key)
     assert verifier.verify(lines[0])["type"] == "start"
     assert verifier.verify(lines[1])["outcome"] == "passed"
