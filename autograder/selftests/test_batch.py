@@ -136,6 +136,16 @@ def test_the_export_is_read_from_its_metadata(batch):
     assert submissions[0].students[1].email == "babbage@stanford.edu" and submissions[0].students[0].sid == "05550101"
 
 
+def test_an_export_can_add_a_fixture_submission(tmp_path):
+    """``extra`` (gpu_checks/batch_throughput.py's autotuning submission) adds a folder and its metadata."""
+    extra = {"submission_9": ("fairness:autotuned_triton", [("Donald Knuth", "05550109", "knuth@stanford.edu")])}
+    export = build_export(tmp_path, as_zip=False, only=["submission_281934022"], extra=extra)
+    submissions = read_export(export, tmp_path / "work")
+    assert [s.id for s in submissions] == ["submission_281934022", "submission_9"]
+    assert submissions[1].students[0].email == "knuth@stanford.edu"
+    assert "@triton.autotune" in "".join(p.read_text() for p in (export / "submission_9").rglob("*.py"))
+
+
 def test_a_failed_job_is_retried_once_then_reported():
     calls = []
 
