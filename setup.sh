@@ -61,8 +61,4 @@ isolation=()
 if [ "$(id -u)" != 0 ]; then
     isolation=(--same-user)  # the bundled reference is our own code; student code is graded as root
 fi
-# CS336_SETUP_GRADE_PROBLEMS (comma-separated) limits this grade to those problems: the kit's emulation
-# of Gradescope sets it, since the kit's own setup and selftests grade the whole reference already.
-problems=()
-if [ -n "${CS336_SETUP_GRADE_PROBLEMS:-}" ]; then problems=(--problems "$CS336_SETUP_GRADE_PROBLEMS"); fi
-exec .venv/bin/python -m autograder grade reference --out results/reference "${isolation[@]}" "${problems[@]}" ${CS336_SETUP_GRADE_FLAGS:-}
+exec .venv/bin/python -m autograder grade reference --out results/reference "${isolation[@]}" ${CS336_SETUP_GRADE_FLAGS:-}

@@ -2,7 +2,7 @@
 
 Read by the grader's runner (which verifies) and its pytest plugin (which signs). The test
 process gets a fresh secret key per run through a pipe it reads and closes before any student
-code is imported, and signs each line with it; the runner drops a run whose records are out
+code is imported, and signs each record with it; the runner drops a run whose records are out
 of sequence or wrongly signed. A file the student can write, or a line it prints, is never
 taken as a result.
 

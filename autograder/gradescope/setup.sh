@@ -42,7 +42,8 @@ fi
 
 chmod -R a+rX "$ROOT/source"
 cd "$KIT"
-PYTHON="$python" CS336_SETUP_GRADE_FLAGS="--expect-full" bash setup.sh
+# --expect-full, plus any flags the caller set (the kit's emulation of this runner limits the problems)
+PYTHON="$python" CS336_SETUP_GRADE_FLAGS="--expect-full ${CS336_SETUP_GRADE_FLAGS:-}" bash setup.sh
 
 bash autograder/gradescope/lock_down.sh "$KIT"
 echo "[gradescope] setup finished"

@@ -20,6 +20,7 @@ from fixtures import attacks, fairness, materialize, mutants
 
 KIT = Path(__file__).resolve().parents[2]
 EXPORT_DIR = "assignment_7354021_export"
+FIXTURE_KINDS = {"mutant": mutants, "attack": attacks, "fairness": fairness}  # SUBMISSIONS' "KIND:NAME"
 
 # submission folder -> (what it is, its submitters as (name, sid, email))
 SUBMISSIONS = {
@@ -52,12 +53,9 @@ def _fill(kind: str, dest: Path, scratch: Path) -> None:
         dest.mkdir(parents=True)
         shutil.copy(KIT / "adapters.py", dest / "adapters.py")
         shutil.copytree(KIT / "cs336_systems", dest / "cs336_systems", ignore=shutil.ignore_patterns("__pycache__"))
-    elif kind.startswith("mutant:"):
-        materialize(mutants.get(kind.split(":", 1)[1]), dest)
-    elif kind.startswith("attack:"):
-        materialize(attacks.get(kind.split(":", 1)[1]), dest)
-    elif kind.startswith("fairness:"):
-        materialize(fairness.get(kind.split(":", 1)[1]), dest)
+    elif kind.split(":", 1)[0] in FIXTURE_KINDS:  # "mutant:NAME", "attack:NAME", "fairness:NAME"
+        catalog, name = kind.split(":", 1)
+        materialize(FIXTURE_KINDS[catalog].get(name), dest)
     elif kind == "corrupt_zip":
         dest.mkdir(parents=True)
         good = scratch / "good.zip"

@@ -20,7 +20,7 @@ the course's secret.
 What differs from Gradescope, and why: the image's ``.venv`` is a link to this kit's environment,
 so ``setup.sh`` finds the stack installed and installs nothing (the real image installs it);
 ``CS336_SKIP_SLURM=1`` keeps ``setup.sh`` from installing Slurm with apt-get (only the kit's own
-real-Slurm selftest needs it; the bundle never sets this); ``CS336_SETUP_GRADE_PROBLEMS`` keeps the
+real-Slurm selftest needs it; the bundle never sets this); ``CS336_SETUP_GRADE_FLAGS`` keeps the
 smoke grade to two light problems (the kit's own setup.sh grades the whole reference). Cost: four grades on a CPU (the smoke
 grade, the reference, the stubs, the hang): measured 2026-12-02 on a 2-core machine, 291 s at a
 load average of about 4 and 577 s at about 9; 147 s at about 2 (the smoke grade 51 s) once part 2's
@@ -55,7 +55,7 @@ SECRET = "emulated-course-secret-2026"
 # at HANG_LIMIT_S - HANG_MARGIN_S.
 HANG_LIMIT_S, HANG_MARGIN_S = 40, 8
 # The smoke grade of the bundle's setup.sh, on two light problems here: the whole reference is graded
-# by the kit's own setup.sh and by run_autograder below (CS336_SETUP_GRADE_PROBLEMS, which the bundle never sets).
+# by the kit's own setup.sh and by run_autograder below (through CS336_SETUP_GRADE_FLAGS, which Gradescope never sets).
 SMOKE_PROBLEMS = "pytorch_attention,nsys_profile"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None,
@@ -80,7 +80,7 @@ def image(tmp_path_factory):
     kit = root / "source" / "kit"
     (kit / ".venv").symlink_to(KIT / ".venv")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(top), "AUTOGRADER_ROOT": str(root),
-           "CS336_SKIP_SLURM": "1", "CS336_SETUP_GRADE_PROBLEMS": SMOKE_PROBLEMS}
+           "CS336_SKIP_SLURM": "1", "CS336_SETUP_GRADE_FLAGS": f"--problems {SMOKE_PROBLEMS}"}
     setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=env, capture_output=True, text=True,
                            timeout=1800)
     assert setup.returncode == 0, f"setup.sh failed:\n{setup.stdout[-3000:]}\n{setup.stderr[-3000:]}"
