@@ -78,9 +78,9 @@ def _python_for(lease):
         import sys
 
         return sys.executable, {}
-    from autograder.grade import _executor_python
+    from autograder.executor_user import executor_python
 
-    python, extra_env, why = _executor_python(lease.uid, lease.gid, KIT)
+    python, extra_env, why = executor_python(lease.uid, lease.gid, KIT)
     if python is None:
         pytest.skip(why)
     return python, extra_env

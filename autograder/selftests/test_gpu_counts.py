@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import grade as grade_module
+from autograder import chains as chains_module
 from autograder.batch.executors import local_devices
 from autograder.manifest import load_manifest
 from autograder.results import results_json
@@ -120,13 +120,13 @@ def test_listed_reads_every_gpu_nvidia_smi_lists(tmp_path, monkeypatch):
                              gpus.ListedGPU(2, "NVIDIA H100 80GB HBM3", 81559.0)]
     assert local_devices("auto", jobs=4) == ["0", "1", "2"]  # one batch slot per listed GPU
     assert local_devices("auto", jobs=4, per_job=2) == ["0,1"]
-    assert grade_module._gpu_memory_gib() == pytest.approx(81559 / 1024)  # the smallest GPU sizes the grade
+    assert chains_module.gpu_memory_gib() == pytest.approx(81559 / 1024)  # the smallest GPU sizes the grade
 
 
 def test_listed_is_empty_when_nvidia_smi_fails_or_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpus.listed() == [] and local_devices("auto", jobs=3) == [None, None, None]
-    assert grade_module._gpu_memory_gib() is None
+    assert chains_module.gpu_memory_gib() is None
     _fake_command(tmp_path / "bin", "nvidia-smi", "NVIDIA-SMI has failed", status=9)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     assert gpus.listed() == [] and local_devices("auto", jobs=2) == [None, None]
@@ -136,7 +136,7 @@ def test_a_gpu_whose_memory_nvidia_smi_cannot_say_leaves_the_size_unknown(tmp_pa
     _fake_command(tmp_path / "bin", "nvidia-smi", "0, NVIDIA H200, 143771\n1, NVIDIA H200, [N/A]")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     assert [gpu.memory_mib for gpu in gpus.listed()] == [143771.0, None]
-    assert grade_module._gpu_memory_gib() is None  # the grade then assumes the smallest default
+    assert chains_module.gpu_memory_gib() is None  # the grade then assumes the smallest default
 
 
 @pytest.mark.parametrize(("output", "status", "expected"), [("2", 0, 2), ("0", 0, 0), ("Traceback", 1, 0),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import chains as chains_module
 from autograder import grade as grade_module
 from autograder.runner import SuiteRun, SuiteSpec
 from autograder.schedule import (
@@ -132,10 +133,10 @@ def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_p
             events.append(("end", spec.shard))
         return SuiteRun(spec.name)
 
-    monkeypatch.setattr(grade_module, "run_suite", fake_run_suite)
+    monkeypatch.setattr(chains_module, "run_suite", fake_run_suite)
     specs = [SuiteSpec(name="visible", files=[], submission=tmp_path, workdir=tmp_path, private_dir=tmp_path,
                        problem_of=str, test_timeout_s=1, deadline=0, shard=index) for index in range(5)]
-    runs = grade_module._run_chains(specs, [False, False, False, True, True], jobs=3)
+    runs = chains_module.run_chains(specs, [False, False, False, True, True], jobs=3)
     assert len(runs) == 5
     last_together_end = max(i for i, event in enumerate(events) if event[0] == "end" and event[1] < 3)
     alone_starts = [i for i, event in enumerate(events) if event[0] == "start" and event[1] >= 3]
@@ -157,8 +158,8 @@ def test_default_jobs(monkeypatch, gpu, cpus, memory_gib, expected):
     listed = [] if memory_gib is None else [ListedGPU(0, "GPU", memory_gib * 1024), ListedGPU(1, "GPU", 2000.0 * 1024)]
     monkeypatch.setattr(grade_module.gpus, "driver_present", lambda: gpu)
     monkeypatch.setattr(grade_module.gpus, "listed", lambda: listed)  # the smallest GPU counts
-    monkeypatch.setattr(grade_module, "usable_cpus", lambda: cpus)
-    assert grade_module._default_jobs() == expected
+    monkeypatch.setattr(chains_module, "usable_cpus", lambda: cpus)
+    assert chains_module.default_jobs() == expected
 
 
 @pytest.mark.parametrize(
@@ -215,7 +216,7 @@ def test_chain_times_line_pairs_each_chain_with_its_own_run(tmp_path):
                        problem_of=str, test_timeout_s=1, deadline=0, shard=chain.index, kit=tmp_path) for chain in chains]
     runs = [SuiteRun("visible", wall_s=2.0, files=["tests/test_b.py"], shard=1),
             SuiteRun("visible", wall_s=11.0, files=["tests/test_a.py"], shard=0)]
-    line = grade_module._chain_times(chains, specs, runs)
+    line = chains_module.chain_times(chains, specs, runs)
     assert line == ("grade: chain times: visible#0 11 s (expected 9): test_a.py; "
                     "visible#1 2 s (expected 3): test_b.py"), line
 
@@ -272,9 +273,10 @@ def test_a_grade_runs_each_part_of_a_split_file_in_its_own_process(monkeypatch, 
     table = {"autograder/hidden_tests/test_gamma_hidden.py": FileTiming(cpu=10.0, gpu=10.0, shards=2)}
     monkeypatch.setattr(grade_module, "load_durations", lambda: table)
     monkeypatch.setattr(grade_module, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(chains_module, "usable_cpus", lambda: 2)
     chain_runs = []  # each chain's own verdicts, before the grade merges them
-    merge = grade_module._merge
-    monkeypatch.setattr(grade_module, "_merge", lambda runs: (chain_runs.extend(runs), merge(runs))[1])
+    merge = chains_module.merge
+    monkeypatch.setattr(grade_module, "merge", lambda runs: (chain_runs.extend(runs), merge(runs))[1])
     report = grade_module.grade(grade_module.GradeOptions(
         submission=submission, out=tmp_path / "out", kit=kit, manifest=manifest, jobs=2, problems=["gamma"]))
     printed = capsys.readouterr().out

@@ -1,0 +1,164 @@
+"""Running a grade's test process chains: how many at a time, in which order, and what they took.
+
+Read by staff who change how a grade spends its machine. autograder/schedule.py packs the test
+files into chains; here the chains run, ``jobs`` at a time (each in a watchdog thread running
+autograder/runner.py's ``run_suite``), the chains marked alone after the rest, one at a time;
+the test processes fork from one warm zygote per grader process (autograder/zygote.py); the
+shards of a suite merge back into one result per suite; and two console lines say what each
+chain and each test file took (for autograder/test_durations.toml).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from autograder.cpus import usable_cpus
+from autograder.runner import SuiteRun, SuiteSpec, base_env, run_suite
+from autograder.zygote import Zygote
+from tests import gpus
+
+GPU_JOBS_MAX = 8  # process chains at a time on a GPU runner, at most
+GPU_GIB_PER_JOB = 16  # GPU memory set aside per chain (see default_jobs)
+
+
+def gpu_memory_gib() -> float | None:
+    """The smallest GPU's memory in GiB according to nvidia-smi, or None if it cannot say."""
+    sizes = [gpu.memory_mib for gpu in gpus.listed()]
+    return min(sizes) / 1024 if sizes and None not in sizes else None
+
+
+def default_jobs() -> int:
+    """Test process chains at a time when --jobs is not given.
+
+    CPU runner: up to 4, at most the CPUs it may use (``usable_cpus``: affinity and cgroup quota).
+
+    GPU runner: up to 8, at most half the CPU count (Triton and inductor compile on the CPU,
+    each test process its own kernels) and at most one per 16 GiB of GPU memory, but never
+    fewer than 2 (2 if nvidia-smi cannot say). 16 GiB per chain: the largest test process (the
+    hidden out-of-memory CLI test) holds about 30 GB for a moment, every other one a few GB.
+
+    Sharing one GPU among chains leaves the verdicts alone: the GPU memory checks read the test
+    process's own counters (torch.cuda.memory_allocated, its own memory snapshot), which other
+    processes do not move; the out-of-memory checks ask for far more than the GPU holds; the
+    other GPU checks compare values, not times. The only verdicts that compare or bound GPU
+    timings (§2.1's sweep: the forward at 4096 tokens slower than at 1024, forward and backward
+    under 100 ms) are in files marked ``alone_on_gpu`` in autograder/test_durations.toml, which
+    run after every other chain has finished (autograder/schedule.py).
+    """
+    cpus = usable_cpus()
+    if not gpus.driver_present():
+        return min(4, cpus)
+    memory = gpu_memory_gib()
+    by_memory = 2 if memory is None else max(2, int(memory // GPU_GIB_PER_JOB))
+    return max(1, min(GPU_JOBS_MAX, max(2, cpus // 2), by_memory, cpus))
+
+
+_ZYGOTES: dict[tuple, Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()  # grades run side by side in threads (the selftests) share one zygote
+
+
+def zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
+    """A live zygote for these settings (started once per grader process), or None if it cannot start."""
+    if os.environ.get("CS336_GRADER_ZYGOTE", "1") == "0":
+        return None
+    with _ZYGOTES_LOCK:
+        return _start_zygote(python, kit, threads, extra_env)
+
+
+def _start_zygote(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
+    key = (python, str(kit), tuple(sorted(extra_env.items())))  # children set their own thread count
+    zygote = _ZYGOTES.get(key)
+    if zygote is not None and zygote.alive:
+        return zygote
+    home = Path(tempfile.mkdtemp(prefix="cs336-zygote-"))
+    env = {**base_env(python, threads, extra_env), "HOME": str(home), "TMPDIR": str(home)}
+    try:
+        zygote = Zygote(python, kit, env, home)
+    except (OSError, RuntimeError):
+        return None
+    _ZYGOTES[key] = zygote
+    atexit.register(zygote.close)
+    return zygote
+
+
+def chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
+    """One console line: each chain's wall seconds against its expected seconds (to refresh
+    autograder/test_durations.toml), longest first."""
+    wall = {(run.name, run.shard): run.wall_s for run in runs}
+    parts = []
+    for chain, spec in sorted(zip(chains, specs), key=lambda pair: -pair[0].expected_s):
+        seconds = wall.get((spec.name, spec.shard), 0.0)
+        names = ", ".join(path.name + (f" (part {'+'.join(str(k + 1) for k in chain.shards[path][0])} of "
+                                       f"{chain.shards[path][1]})" if path in chain.shards else "")
+                          for path in chain.files)
+        parts.append(f"{chain.suite}#{chain.index}{' (alone)' if chain.alone else ''} {seconds:.0f} s "
+                     f"(expected {chain.expected_s:.0f}): {names}")
+    return "grade: chain times: " + "; ".join(parts)
+
+
+def file_test_times(runs: list[SuiteRun]) -> str:
+    """One console line: the summed test durations of each test file, longest first (the part of
+    a file's time in autograder/test_durations.toml that excludes its process start)."""
+    seconds: dict[str, float] = {}
+    for run in runs:
+        for nodeid, verdict in run.outcomes.items():
+            file = nodeid.split("::", 1)[0]
+            seconds[file] = seconds.get(file, 0.0) + verdict.duration
+    ranked = sorted(seconds.items(), key=lambda item: -item[1])
+    return "grade: test time per file: " + "; ".join(f"{file} {total:.1f} s" for file, total in ranked)
+
+
+def run_chains(specs: list[SuiteSpec], alone: list[bool], jobs: int) -> list[SuiteRun]:
+    """Run the chains not marked ``alone``, ``jobs`` at a time; then the others, one at a time."""
+    together = [spec for spec, flag in zip(specs, alone) if not flag]
+    return _run_all(together, jobs) + _run_all([spec for spec, flag in zip(specs, alone) if flag], 1)
+
+
+def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
+    """Run the chains, ``jobs`` at a time in the given order, each in its own watchdog thread."""
+    results: list[SuiteRun | None] = [None] * len(specs)
+    queue = list(enumerate(specs))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, spec = queue.pop(0)
+            try:
+                results[index] = run_suite(spec)
+            except Exception as error:  # noqa: BLE001 - a grader bug must cost this shard, not the grade
+                failed = SuiteRun(spec.name, files=[p.relative_to(spec.kit).as_posix() for p in spec.files],
+                                  shard=spec.shard)
+                failed.startup_failure = f"the grader failed while running these tests: {type(error).__name__}: {error}"
+                results[index] = failed
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(jobs, len(specs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [run for run in results if run is not None]
+
+
+def merge(runs: list[SuiteRun]) -> list[SuiteRun]:
+    """One SuiteRun per suite (shards of a suite merged, in file order)."""
+    merged: dict[str, SuiteRun] = {}
+    for run in runs:
+        target = merged.setdefault(run.name, SuiteRun(run.name))
+        target.outcomes.update(run.outcomes)
+        target.collect_errors += [error for error in run.collect_errors if error not in target.collect_errors]
+        target.gpus = run.gpus if run.gpus is not None else target.gpus
+        target.restarts += run.restarts
+        target.wall_s = max(target.wall_s, run.wall_s)
+        if run.startup_failure:
+            target.files += run.files
+            target.startup_failure = run.startup_failure
+    for run in merged.values():
+        run.outcomes = dict(sorted(run.outcomes.items(), key=lambda item: item[0].split("::", 1)[0]))
+    return list(merged.values())

@@ -1,0 +1,54 @@
+"""A grade's console progress: one line per finished test file, every test with ``--verbose``.
+
+Read by whoever changes what a grade prints while it runs (autograder/grade.py makes one per
+grade and hands its ``result`` to every test process chain). Lines of different chains
+interleave; a file's line is printed when another file of its suite starts, or at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from autograder.redaction import hidden_text, shown_nodeid
+from autograder.runner import Verdict
+
+
+class Progress:
+    """Progress lines, one per finished test file, and at once for crashes and restarts."""
+
+    def __init__(self, verbose: bool, quiet: bool):
+        self.verbose, self.quiet = verbose, quiet
+        self.lock = threading.Lock()
+        self.files: dict[tuple[str, str], list[str]] = {}
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        with self.lock:
+            print(text, flush=True)
+
+    def result(self, suite: str, outcome: Verdict) -> None:
+        file = outcome.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        mark = {"passed": ".", "failed": "F", "not_graded": "g"}[outcome.status]
+        with self.lock:
+            for (other_suite, other_file) in [key for key in self.files if key[0] == suite and key[1] != file]:
+                self._flush(other_suite, other_file)
+            self.files.setdefault((suite, file), []).append(mark)
+            if self.verbose and not self.quiet:
+                shown = shown_nodeid(outcome.nodeid, suite, hidden_text())
+                print(f"  [{suite.split('#')[0]}] {outcome.status:<10} {shown} ({outcome.duration:.1f} s)", flush=True)
+
+    def _flush(self, suite: str, file: str) -> None:
+        marks = self.files.pop((suite, file))
+        if self.quiet:
+            return
+        counts = f"{marks.count('.')}/{len(marks)} passed" + (f", {marks.count('g')} need a GPU" if "g" in marks else "")
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] {suite.split('#')[0]:<7} {file:<44} {''.join(marks)[:40]:<40} {counts}", flush=True)
+
+    def flush_all(self) -> None:
+        with self.lock:
+            for key in list(self.files):
+                self._flush(*key)
