@@ -17,7 +17,8 @@ import threading
 from pathlib import Path
 
 from autograder.cpus import usable_cpus
-from autograder.runner import SuiteRun, SuiteSpec, base_env, run_suite
+from autograder.harness_process import base_env
+from autograder.runner import SuiteRun, SuiteSpec, run_suite
 from autograder.zygote import Zygote
 from tests import gpus
 
