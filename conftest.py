@@ -5,7 +5,7 @@ directory (the student's own checkout). Tests get the submission's adapters thro
 ``adapters`` fixture. Tests marked ``gpu`` are skipped when no CUDA GPU is present, and Triton
 kernels run under the interpreter (TRITON_INTERPRET=1) when it is absent. Tests marked
 ``triton`` are skipped where Triton is not installed (macOS, Windows), with one note at the end
-of the run that says where to run them (tests/triton_marker.py).
+of the run that says where to run them (tests/harness/triton_marker.py).
 
 With ``--isolate`` (the grader always passes it) the submission runs in a separate process,
 the executor (tests/executor/), and ``adapters`` is a stand-in that calls into it: the tests,
@@ -22,20 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from tests import gpus
+from tests.harness import gpus
 
 # Must be set before triton is first imported by any test or submission module.
 if not gpus.count():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from tests.gpu_marker import gpus_needed, skip_reason  # noqa: E402
-from tests.submission import load_adapters, resolve_submission_dir  # noqa: E402
-from tests.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
+from tests.harness.gpu_marker import gpus_needed, skip_reason  # noqa: E402
+from tests.harness.submission import load_adapters, resolve_submission_dir  # noqa: E402
+from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 # A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example;
-# every test's random examples derive from the course's secret and its node id (tests/example_seeds.py).
-pytest_plugins = ("tests.stub_failures", "tests.example_seeds")
+# every test's random examples derive from the course's secret and its node id (tests/harness/example_seeds.py).
+pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds")
 
 
 def pytest_addoption(parser):
@@ -109,7 +109,7 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].endswith(NO_TRITON):
         # One line in pytest's skip summary for all of them, pointing at the note that explains them.
-        report.longrepr = (str(ROOT / "tests" / "triton_marker.py"), None, report.longrepr[2])
+        report.longrepr = (str(ROOT / "tests" / "harness" / "triton_marker.py"), None, report.longrepr[2])
     return report
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
-from tests import gpus
+from tests.harness import gpus
 
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("reference"))
 # Per executor (the process that runs the submission), set so that the reference passes with room

@@ -39,8 +39,8 @@ from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
-from tests import gpus
-from tests.submission import SubmissionNotFound, kit_link_roots
+from tests.harness import gpus
+from tests.harness.submission import SubmissionNotFound, kit_link_roots
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 
@@ -125,7 +125,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 and set(options.suites) == set(SUITE_DIRS))
     notes: list[str] = []
 
-    # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA (tests/gpus.py).
+    # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA (tests/harness/gpus.py).
     if options.require_gpu and not gpus.probe_count():
         message = ("--require-gpu was given but this runner has no CUDA GPU (torch.cuda.is_available() is False); "
                    "no test was run. Grade on a GPU runner, or drop --require-gpu to grade on CPU.")

@@ -78,7 +78,7 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
         "MPLCONFIGDIR": str(work / "cache" / "matplotlib"),
         "CS336_GRADER_RUN": run_id,
     })
-    # Every example a grade draws derives from the course's secret (tests/example_seeds.py).
+    # Every example a grade draws derives from the course's secret (tests/harness/example_seeds.py).
     env.setdefault(SEED_ENV, course_secret())
     return env
 

@@ -126,8 +126,8 @@ class GraderPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session):
-        from tests import gpus  # the kit's tests package, as the root conftest
-        from tests.gpu_marker import gpus_needed
+        from tests.harness import gpus  # the kit's tests package, as the root conftest
+        from tests.harness.gpu_marker import gpus_needed
 
         items = [{"nodeid": item.nodeid, "gpu": gpus_needed(item)} for item in session.items]
         self._signer.send({"type": "collected", "items": items, "gpus": gpus.count()})

@@ -31,7 +31,7 @@ from typing import Callable
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
-from tests.gpu_marker import not_graded_message
+from tests.harness.gpu_marker import not_graded_message
 
 KIT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 300.0

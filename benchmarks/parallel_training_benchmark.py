@@ -46,9 +46,9 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 
 
 def _gpus():
-    """The kit's GPU query (tests/gpus.py)."""
+    """The kit's GPU query (tests/harness/gpus.py)."""
     sys.path.insert(0, str(ROOT))
-    from tests import gpus
+    from tests.harness import gpus
 
     return gpus
 

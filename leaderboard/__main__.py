@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from leaderboard.store import DEFAULT_STORE, STORE_DIR, moved_store_message, read_records
-from tests import gpus
+from tests.harness import gpus
 
 NO_GPU = (
     "leaderboard run: no CUDA GPU found. The official timing needs one (the leaderboard runs on "
@@ -63,7 +63,7 @@ def _store_left_behind(args: argparse.Namespace) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from tests.submission import (
+    from tests.harness.submission import (
         SubmissionError,
         SubmissionNotFound,
         locate_submission,
@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int:
     """``run`` on a submission directory; ``zip_path``: the zip it was unpacked from, for the record."""
-    from tests.submission import SubmissionError, resolve_submission_dir
+    from tests.harness.submission import SubmissionError, resolve_submission_dir
 
     from leaderboard.runner import describe, run_submission
     from leaderboard.worker_setup import SandboxUnavailable

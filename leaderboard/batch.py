@@ -26,7 +26,7 @@ from autograder.batch.executors import Job, Outcome
 from autograder.batch.export import read_export
 from leaderboard.store import DEFAULT_STORE, append_record, read_records
 from leaderboard.worker_setup import WORKER_MODULES
-from tests.submission import SubmissionNotFound, locate_submission, submission_hash
+from tests.harness.submission import SubmissionNotFound, locate_submission, submission_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 # What decides a timing and a verdict: the parent's modules and every module the worker runs

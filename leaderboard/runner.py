@@ -3,7 +3,7 @@ sandbox, judge what it reports, store a record.
 
 Staff read this file to know what is recorded and where the submission's code runs. The
 submission never runs in this process. The parent reads the submission's files once, by the
-grader's rule (tests/submission.py; a submission with a file that breaks it is not timed), into
+grader's rule (tests/harness/submission.py; a submission with a file that breaks it is not timed), into
 its own copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes;
 leases a sandbox uid (``worker_setup``; without root it refuses to run unless ``same_user``), and
 starts the worker there with a clean environment, a seed for every checked input, the
@@ -27,7 +27,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.submission import files_hash, kit_link_roots, read_submission
+from tests.harness.submission import files_hash, kit_link_roots, read_submission
 
 from leaderboard.config import WORKER_TIMEOUT_S
 from leaderboard.store import ROOT, append_record
@@ -43,7 +43,7 @@ LINK_ROOTS = tuple(kit_link_roots(ROOT))
 
 def submission_files(directory: Path) -> dict[str, bytes]:
     """The parent's own copy of a submission: relative path -> bytes of each of its files, as
-    tests/submission.py reads them (the grader's rule: links only into the submission or
+    tests/harness/submission.py reads them (the grader's rule: links only into the submission or
     ``LINK_ROOTS``, each file within its size limit).
 
     Raises SubmissionError, naming each file and the fix, when a file of the submission breaks

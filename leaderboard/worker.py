@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from leaderboard.machine import environment
-from tests import gpus
+from tests.harness import gpus
 
 MODES = ("official", "quick", "cpu")
 # What a confined worker may use (confine/limits.py), as the grader's executor: processes and
@@ -75,7 +75,7 @@ class Evaluation:
 
         from leaderboard import config
         from leaderboard.timer_guard import capture_clock, snapshot
-        from tests.flash_tolerances import GATE_TOLERANCES
+        from tests.checks.flash_tolerances import GATE_TOLERANCES
 
         self.torch = torch
         self.submission = submission
@@ -178,7 +178,7 @@ class Evaluation:
 
     def load(self) -> None:
         from leaderboard.detectors import Refusal
-        from tests.submission import load_adapters
+        from tests.harness.submission import load_adapters
 
         if self.Fn is None:
             log(f"importing the submission in {self.submission}")
@@ -216,7 +216,7 @@ class Evaluation:
     def correctness_gate(self) -> None:
         from leaderboard.detectors import Refusal, check_unchanged
         from leaderboard.gate import compare_all
-        from tests.flash_reference import attention_float64
+        from tests.checks.flash_reference import attention_float64
 
         p = self.problem
         if self.cuda:  # CS336's official timing, literally
@@ -253,7 +253,7 @@ class Evaluation:
     def fresh_inputs(self) -> None:
         from leaderboard.detectors import Refusal
         from leaderboard.gate import check_inputs, checked_batch_element, compare_all
-        from tests.flash_reference import attention_float64
+        from tests.checks.flash_reference import attention_float64
 
         p = self.problem
         torch = self.torch

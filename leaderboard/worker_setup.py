@@ -55,15 +55,15 @@ WORKER_MODULES = (
     "leaderboard/timing.py",
     "leaderboard/worker.py",
     "tests/__init__.py",
-    "tests/assertions.py",
+    "tests/checks/assertions.py",
     "tests/executor/__init__.py",
     "tests/executor/launches.py",
     "tests/executor/loading.py",
     "tests/executor/triton_source.py",
-    "tests/flash_reference.py",
-    "tests/flash_tolerances.py",
-    "tests/gpus.py",
-    "tests/submission.py",
+    "tests/checks/flash_reference.py",
+    "tests/checks/flash_tolerances.py",
+    "tests/harness/gpus.py",
+    "tests/harness/submission.py",
 )
 # Variables of the parent's environment the worker may see: where the GPU, its libraries and a
 # compiler are. Everything else is set by worker_env or left out.

@@ -1,15 +1,15 @@
 """Visible tests of §1.5 benchmarking_mixed_precision: autocast's dtypes on the ToyModel, fp32 against bf16 timing.
 
 compare_precisions runs a tiny LM on the CPU while a spy next to your code records, for each
-forward pass, whether autocast was on and to which dtype (tests/model_spies.py).
+forward pass, whether autocast was on and to which dtype (tests/checks/model_spies.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from tests.mixed_precision_checks import assert_autocast_dtypes, assert_compares_precisions
-from tests.model_spies import lm_spy  # noqa: F401 (a fixture)
+from tests.checks.mixed_precision_checks import assert_autocast_dtypes, assert_compares_precisions
+from tests.checks.model_spies import lm_spy  # noqa: F401 (a fixture)
 
 
 def test_autocast_dtypes_bf16_on_cpu(adapters):

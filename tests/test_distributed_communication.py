@@ -1,6 +1,6 @@
 """Visible tests of §3.1 distributed_communication: the timing loop, the benchmark on 2 gloo ranks, the report.
 
-The timing loop is judged with tests/timing_checks.py's fake clock: the all-reduce passed in is
+The timing loop is judged with tests/checks/timing_checks.py's fake clock: the all-reduce passed in is
 a fake that advances it (warm-up ones are expensive), and so is the sync. The benchmark runs on
 2 CPU processes with gloo and a few KB, next to your code; every all-reduce is logged.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import timing_checks
-from tests.distributed_communication_checks import as_time_steps, fake_results, run_benchmark, table_rows
+from tests.checks import timing_checks
+from tests.checks.distributed_communication_checks import as_time_steps, fake_results, run_benchmark, table_rows
 from tests.executor.probes import run_probe
 from tests.executor.probes.distributed_communication import PNG_MAGIC
-from tests.model_spies import outcome_value
+from tests.checks.model_spies import outcome_value
 
 
 def test_time_all_reduce_excludes_warmup(adapters):

@@ -3,7 +3,7 @@
 On a CPU the sweep gets fake implementations that count their forward and backward calls, and
 a fake ``bench`` that runs the function once and returns a unique number: each number in a row
 must then come from a ``bench`` call that ran exactly the right work (the fakes run next to
-your code; see tests/fake_flash.py). A GPU test runs your Triton FlashAttention-2 and PyTorch
+your code; see tests/checks/fake_flash.py). A GPU test runs your Triton FlashAttention-2 and PyTorch
 attention under ``triton.testing.do_bench``.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.executor.probes import run_probe
-from tests.fake_flash import NAMES, PHASES, fake_sweep
+from tests.checks.fake_flash import NAMES, PHASES, fake_sweep
 
 
 def test_rows_cover_the_grid_with_every_key(adapters):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gradient_checkpointing_checks import check_checkpointed_forward
+from tests.checks.gradient_checkpointing_checks import check_checkpointed_forward
 
 
 @pytest.mark.parametrize("block_size", [2, 0])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.executor.probes import run_probe
-from tests.model_spies import outcome_value
+from tests.checks.model_spies import outcome_value
 
 MiB = 1 << 20
 

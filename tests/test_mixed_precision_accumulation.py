@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.mixed_precision_checks import accumulated, assert_accumulates
+from tests.checks.mixed_precision_checks import accumulated, assert_accumulates
 
 CASES = [(torch.float32, torch.float32), (torch.float16, torch.float16), (torch.float32, torch.float16),
          (torch.float16, torch.float32)]

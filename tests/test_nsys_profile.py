@@ -1,6 +1,6 @@
 """Visible tests of §1.2 nsys_profile: the annotated attention and the phase-annotated training loop.
 
-NVTX calls are recorded next to the submission (see tests/nvtx_recorder.py), so these run on a
+NVTX calls are recorded next to the submission (see tests/checks/nvtx_recorder.py), so these run on a
 CPU. The aten ops that run inside each range are logged too, to check that each stage happens
 in its own range. Training is compared with a plain AdamW loop run here, whose forward and
 backward passes go through the provided model with the loop's own parameters.
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.assertions import assert_close
+from tests.checks.assertions import assert_close
 from tests.executor.probes import run_probe
-from tests.model_spies import TINY_MODEL
-from tests.nvtx_recorder import MATMUL_OPS, SOFTMAX_OPS, nvtx, ops_by_range  # noqa: F401 (nvtx fixture)
+from tests.checks.model_spies import TINY_MODEL
+from tests.checks.nvtx_recorder import MATMUL_OPS, SOFTMAX_OPS, nvtx, ops_by_range  # noqa: F401 (nvtx fixture)
 
 ATTENTION_RANGES = ["computing attention scores", "computing softmax", "final matmul"]
 

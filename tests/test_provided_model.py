@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.assertions import assert_close
+from tests.checks.assertions import assert_close
 from tests.executor.probes import run_probe
-from tests.model_spies import TINY_MODEL
+from tests.checks.model_spies import TINY_MODEL
 
 SIZES = {  # the assignment's table: d_model, d_ff, num_layers, num_heads
     "small": (768, 3072, 12, 12),

@@ -2,7 +2,7 @@
 
 On a CPU the sweep runs fake attentions: one that sleeps a known time in forward and backward
 (and much longer on its first call per shape, like a kernel being loaded), one that runs out of
-memory at long sequences. The fakes run next to the submission (see tests/fake_attention.py)
+memory at long sequences. The fakes run next to the submission (see tests/checks/fake_attention.py)
 and their records come back here. A GPU test runs the real attention into a real out-of-memory error.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.fake_attention import sweep_with_fake
+from tests.checks.fake_attention import sweep_with_fake
 
 ROW_KEYS = {"batch_size", "head_dim", "seq_len", "compiled", "forward_ms", "backward_ms", "memory_before_backward_bytes", "oom"}
 

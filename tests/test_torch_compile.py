@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.assertions import assert_close
-from tests.attention_truth import eager_model_truth, model_attention, require_compiled
+from tests.checks.assertions import assert_close
+from tests.checks.attention_truth import eager_model_truth, model_attention, require_compiled
 from tests.executor.probes import run_probe
-from tests.model_spies import TINY_MODEL, compiled_once
+from tests.checks.model_spies import TINY_MODEL, compiled_once
 
 def compiled_attention(adapters) -> dict:
     return compiled_once(adapters, "torch_compile.compiled_attention")

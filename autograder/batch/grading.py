@@ -39,7 +39,7 @@ from autograder.batch.executors import Job, Outcome
 from autograder.batch.export import read_export
 from autograder.batch.report import class_report
 from autograder.manifest import load_manifest
-from tests.submission import submission_hash
+from tests.harness.submission import submission_hash
 
 KIT = Path(__file__).resolve().parents[2]
 # What decides a grade: the grader, the visible and hidden tests, the manifest, the kit's conftest.

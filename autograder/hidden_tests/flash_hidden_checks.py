@@ -25,9 +25,9 @@ import warnings
 import torch
 
 from autograder.hidden_tests.secret import course_secret
-from tests import gpus
-from tests.assertions import assert_close, assert_meta
-from tests.flash_cases import (
+from tests.harness import gpus
+from tests.checks.assertions import assert_close, assert_meta
+from tests.checks.flash_cases import (
     FlashCase,
     compile_apply,
     explain_device_refusal,
@@ -35,8 +35,8 @@ from tests.flash_cases import (
     saved_logsumexp,
     saved_tensors,
 )
-from tests.flash_reference import attention_float64
-from tests.flash_tolerances import tolerance
+from tests.checks.flash_reference import attention_float64
+from tests.checks.flash_tolerances import tolerance
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 # On a GPU, torch.compile's default backend (inductor), as the leaderboard uses it. On a CPU,

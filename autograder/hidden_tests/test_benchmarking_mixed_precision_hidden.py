@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.mixed_precision_checks import assert_autocast_dtypes, assert_compares_precisions
-from tests.model_spies import lm_spy  # noqa: F401 (a fixture)
+from tests.checks.mixed_precision_checks import assert_autocast_dtypes, assert_compares_precisions
+from tests.checks.model_spies import lm_spy  # noqa: F401 (a fixture)
 
 
 def test_compare_precisions_train_steps_at_an_odd_length(lm_spy):  # noqa: F811

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
+from tests.checks.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
                                    gradient_numels, run_ddp)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import timing_checks
-from tests.distributed_communication_checks import as_time_steps, run_benchmark, table_rows
+from tests.checks import timing_checks
+from tests.checks.distributed_communication_checks import as_time_steps, run_benchmark, table_rows
 from tests.executor.probes import run_probe
 from tests.executor.probes.distributed_communication import PNG_MAGIC
-from tests.model_spies import outcome_value
+from tests.checks.model_spies import outcome_value
 
 
 def test_time_all_reduce_uses_the_given_timer_and_a_real_sync(adapters):

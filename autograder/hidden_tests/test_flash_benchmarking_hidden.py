@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.fake_flash import NAMES, PHASES, fake_sweep
+from tests.checks.fake_flash import NAMES, PHASES, fake_sweep
 
 
 def test_is_causal_false_and_batch_size_are_passed(adapters):

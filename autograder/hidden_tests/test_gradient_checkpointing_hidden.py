@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gradient_checkpointing_checks import OVERRIDES, check_checkpointed_forward
+from tests.checks.gradient_checkpointing_checks import OVERRIDES, check_checkpointed_forward
 
 
 @pytest.mark.parametrize("block_size", [3, 1, 4])

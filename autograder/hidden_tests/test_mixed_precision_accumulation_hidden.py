@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.mixed_precision_checks import assert_accumulates
+from tests.checks.mixed_precision_checks import assert_accumulates
 
 
 @pytest.mark.parametrize(("value", "steps", "accumulator", "addend"), [

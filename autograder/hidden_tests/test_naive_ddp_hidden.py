@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
+from tests.checks.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),

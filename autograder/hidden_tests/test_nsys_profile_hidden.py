@@ -1,7 +1,7 @@
 """Hidden tests of §1.2 nsys_profile: other shapes and masks, the ranges inside the model and
 inside the training phases, no warm-up, and bad step counts.
 
-NVTX is recorded next to the submission through the ``nvtx`` fixture (tests/nvtx_recorder.py);
+NVTX is recorded next to the submission through the ``nvtx`` fixture (tests/checks/nvtx_recorder.py);
 only tensors and plain settings are sent there."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.assertions import assert_close
-from tests.model_spies import TINY_MODEL
-from tests.nvtx_recorder import nvtx  # noqa: F401 (fixture)
+from tests.checks.assertions import assert_close
+from tests.checks.model_spies import TINY_MODEL
+from tests.checks.nvtx_recorder import nvtx  # noqa: F401 (fixture)
 
 ATTENTION_RANGES = ["computing attention scores", "computing softmax", "final matmul"]
 PHASES = ["warm-up", "forward", "backward", "optimizer"]

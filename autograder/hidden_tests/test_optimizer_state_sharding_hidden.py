@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.parallel_checks import run_sharded_optimizer
+from tests.checks.parallel_checks import run_sharded_optimizer
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.fake_attention import sweep_with_fake
+from tests.checks.fake_attention import sweep_with_fake
 
 
 def test_one_torch_compile_for_a_whole_grid(adapters):

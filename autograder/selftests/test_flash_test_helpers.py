@@ -1,8 +1,8 @@
 """The pieces every FlashAttention-2 test leans on are themselves right.
 
-Staff only. Checks tests/flash_reference.py (the truth of the tests and of the leaderboard's
-gate) against PyTorch's own attention, its chunks against one chunk, tests/assertions.py's
-verdicts and messages, tests/flash_tolerances.py's tables, and that tests/flash_cases.py's
+Staff only. Checks tests/checks/flash_reference.py (the truth of the tests and of the leaderboard's
+gate) against PyTorch's own attention, its chunks against one chunk, tests/checks/assertions.py's
+verdicts and messages, tests/checks/flash_tolerances.py's tables, and that tests/checks/flash_cases.py's
 layouts really are what they claim.
 """
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.assertions import assert_close, assert_meta
-from tests.flash_cases import LAYOUTS, FlashCase
-from tests.flash_reference import attention_float64
-from tests.flash_tolerances import GATE_TOLERANCES, IMPLEMENTATIONS, PYTORCH_FLOAT32, QUANTITIES, TOLERANCES, Tolerance, tolerance
+from tests.checks.assertions import assert_close, assert_meta
+from tests.checks.flash_cases import LAYOUTS, FlashCase
+from tests.checks.flash_reference import attention_float64
+from tests.checks.flash_tolerances import GATE_TOLERANCES, IMPLEMENTATIONS, PYTORCH_FLOAT32, QUANTITIES, TOLERANCES, Tolerance, tolerance
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
@@ -100,7 +100,7 @@ def test_every_dtype_and_quantity_has_a_tolerance():
 
 
 def test_the_pytorch_function_in_float32_gets_no_tf32_allowance():
-    """float32 arithmetic errs by ~1e-6 (tests/flash_tolerances.py); a float16 accumulator by ~1e-3."""
+    """float32 arithmetic errs by ~1e-6 (tests/checks/flash_tolerances.py); a float16 accumulator by ~1e-3."""
     for quantity in QUANTITIES:
         pytorch = tolerance(torch.float32, quantity, "pytorch")
         assert pytorch == PYTORCH_FLOAT32[quantity]
@@ -122,7 +122,7 @@ def test_a_rerun_command_rebuilds_the_case():
     case = FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout="sliced",
                      seed=3, q_scale=0.1, v_scale=1e5)
     command = case.command("triton", "backward")
-    assert command.startswith("TRITON_INTERPRET=1 .venv/bin/python -m tests.flash_repro triton backward \"FlashCase(")
+    assert command.startswith("TRITON_INTERPRET=1 .venv/bin/python -m tests.checks.flash_repro triton backward \"FlashCase(")
     expression = command.split('"')[1]
     assert eval(expression, {"FlashCase": FlashCase, "torch": torch}) == case  # noqa: S307
     assert not case.replace(device="cuda").command("pytorch").startswith("TRITON_INTERPRET")

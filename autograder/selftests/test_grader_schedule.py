@@ -21,7 +21,7 @@ from autograder.runner import SuiteRun, SuiteSpec
 from autograder.schedule import (
     DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, pack_longest_first, plan_chains,
 )
-from tests.gpus import ListedGPU
+from tests.harness.gpus import ListedGPU
 
 KIT = Path(__file__).resolve().parents[2]
 

@@ -1,10 +1,10 @@
 """Same submission, same grade: the examples, the limits, the isolation and the credit do not vary.
 
-Read by staff changing how examples are drawn (tests/example_seeds.py), how time is charged
+Read by staff changing how examples are drawn (tests/harness/example_seeds.py), how time is charged
 (tests/executor/cpu_clock.py, autograder/runner.py), how many chains a grade runs
 (autograder/cpus.py ``usable_cpus``), what survives from one test to the next
-(tests/executor/client.py, process.py), what a failure says (tests/flash_cases.py, autograder/redaction.py) and
-what a bad-input test credits (tests/flash_bad_inputs.py). Every check runs on a CPU.
+(tests/executor/client.py, process.py), what a failure says (tests/checks/flash_cases.py, autograder/redaction.py) and
+what a bad-input test credits (tests/checks/flash_bad_inputs.py). Every check runs on a CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.mutants import BASE_DIR
-from tests.example_seeds import PUBLIC_SECRET, example_seed, seed_hypothesis_test
+from tests.harness.example_seeds import PUBLIC_SECRET, example_seed, seed_hypothesis_test
 
 KIT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ def test_a_seeded_hypothesis_test_draws_the_same_examples_every_time():
     import torch
     from hypothesis import given
 
-    from tests.flash_cases import flash_case_strategy
+    from tests.checks.flash_cases import flash_case_strategy
 
     def draws(seed_value: int) -> list:
         seen = []
@@ -78,7 +78,7 @@ def test_draws(value):
 def test_the_kit_plugin_gives_every_run_of_a_test_the_same_examples(tmp_path):
     """Two runs with the course's secret draw the same values; another secret draws others."""
     (tmp_path / "test_fuzz.py").write_text(_FUZZ_FILE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ("tests.example_seeds",)\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ("tests.harness.example_seeds",)\n')
 
     def run(secret: str, name: str) -> list[str]:
         draws = tmp_path / name
@@ -112,7 +112,7 @@ def test_times_out(value):
 
 def test_a_timeout_in_a_fuzz_test_names_the_example_that_timed_out(tmp_path):
     (tmp_path / "test_timeout.py").write_text(_TIMEOUT_FILE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ("tests.stub_failures", "tests.example_seeds")\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds")\n')
     seen = tmp_path / "seen"
     result = _pytest(["-q", "test_timeout.py"], tmp_path, {"SEEN": str(seen)})
     assert result.returncode == 1, result.stdout + result.stderr
@@ -276,7 +276,7 @@ AssertionError
     ("RuntimeError", "expected device cuda:0 but got cpu", ""),
 ])
 def test_every_kind_of_cpu_refusal_is_told_the_rule(kind, message, trace):
-    from tests.flash_cases import FlashCase, reporting
+    from tests.checks.flash_cases import FlashCase, reporting
 
     case = FlashCase(batch=1, n_queries=3, n_keys=3, d=16)
     with pytest.raises(AssertionError) as caught:
@@ -289,8 +289,8 @@ def test_every_kind_of_cpu_refusal_is_told_the_rule(kind, message, trace):
 
 
 def test_the_tests_own_assertions_are_not_taken_for_a_refusal():
-    from tests.assertions import assert_meta
-    from tests.flash_cases import FlashCase, reporting
+    from tests.checks.assertions import assert_meta
+    from tests.checks.flash_cases import FlashCase, reporting
 
     import torch
 
@@ -359,7 +359,7 @@ During handling of the above exception, another exception occurred:
     (_TORCH_TRACE, False), (_INSIDE_TORCH, False), (_REPLACED, False), (_OWN_RAISE, True),
 ])
 def test_only_the_submissions_own_raise_is_an_input_check(trace, credited):
-    from tests.flash_bad_inputs import own_check
+    from tests.checks.flash_bad_inputs import own_check
 
     error = _stand_in("ValueError", "Q shape dimension dtype", trace)
     assert (own_check(error) is None) == credited, own_check(error)
@@ -368,7 +368,7 @@ def test_only_the_submissions_own_raise_is_an_input_check(trace, credited):
 def test_a_local_error_is_judged_by_its_own_traceback():
     import torch
 
-    from tests.flash_bad_inputs import own_check
+    from tests.checks.flash_bad_inputs import own_check
 
     try:
         torch.zeros(2, 3) @ torch.zeros(2, 3)

@@ -1,6 +1,6 @@
 """The timer checks of §1.1 reject the two classic timing bugs and accept a correct timer.
 
-The checks in tests/timing_checks.py are what the visible and hidden tests run on a student's
+The checks in tests/checks/timing_checks.py are what the visible and hidden tests run on a student's
 ``time_steps``; here they run on autograder/selftests/broken_harnesses.py.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from autograder.selftests import broken_harnesses
-from tests import timing_checks
+from tests.checks import timing_checks
 
 REJECTED_BY = {
     "times_warmup": [timing_checks.check_excludes_warmup, timing_checks.check_real_sync_is_timed],

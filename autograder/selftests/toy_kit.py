@@ -4,7 +4,7 @@ Read by the grader's selftests. The real suites take minutes and change as the a
 grows; the watchdog, the crash recovery, the executor's isolation and the points arithmetic are
 checked here on tests that take milliseconds, against a submission whose functions crash,
 hang, exit, patch pytest or forge results on purpose. The toy kit reuses the real
-``conftest.py``, ``tests/submission.py`` and ``tests/executor/``, so the submission runs in an
+``conftest.py``, ``tests/harness/submission.py`` and ``tests/executor/``, so the submission runs in an
 executor exactly as in a real grade.
 """
 
@@ -214,11 +214,9 @@ def build_toy_kit(root: Path) -> tuple[Path, Path, object]:
     (kit / "tests").mkdir(parents=True)
     (kit / "autograder" / "hidden_tests").mkdir(parents=True)
     shutil.copy(KIT / "conftest.py", kit / "conftest.py")
-    # what the root conftest imports
-    helpers = ("submission.py", "stub_failures.py", "gpus.py", "gpu_marker.py", "triton_marker.py", "example_seeds.py")
-    for helper in helpers:
-        shutil.copy(KIT / "tests" / helper, kit / "tests" / helper)
-    shutil.copytree(KIT / "tests" / "executor", kit / "tests" / "executor", ignore=shutil.ignore_patterns("__pycache__"))
+    # what the root conftest imports: how the tests run, and the executor
+    for folder in ("harness", "executor"):
+        shutil.copytree(KIT / "tests" / folder, kit / "tests" / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "tests" / "__init__.py").write_text("")
     (kit / "tests" / "test_alpha.py").write_text(textwrap.dedent(VISIBLE_ALPHA))
     (kit / "autograder" / "hidden_tests" / "test_gamma_hidden.py").write_text(textwrap.dedent(HIDDEN_GAMMA))

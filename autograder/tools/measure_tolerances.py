@@ -1,6 +1,6 @@
 """Measure how far correct FlashAttention-2 submissions land from the float64 truth, per dtype.
 
-Staff tool: the numbers it prints justify the tolerances in tests/flash_tolerances.py. For each
+Staff tool: the numbers it prints justify the tolerances in tests/checks/flash_tolerances.py. For each
 submission, each Function (PyTorch, Triton) and each dtype it runs ``--cases`` random cases
 (random batch, n_queries, n_keys, d, causal flag, memory layout, Q scale and seed), runs forward
 and backward with a random dO, and records per quantity (O, L, dQ, dK, dV):
@@ -10,7 +10,7 @@ and backward with a random dO, and records per quantity (O, L, dQ, dK, dV):
   every case passes ``|actual - expected| <= atol + rtol * |expected|`` with atol = rtol = t;
 - ``norm``: the smallest r for which every case passes ``||actual - expected|| <= r * ||expected||``
   (Frobenius norms over the whole tensor), over the cases where the check applies: the expected
-  tensor's RMS at least the element-wise atol the tests use (tests/flash_cases.py ``case_tolerance``). That is the check
+  tensor's RMS at least the element-wise atol the tests use (tests/checks/flash_cases.py ``case_tolerance``). That is the check
   behind the tolerances' ``norm``; smaller expected tensors (an exactly zero gradient: one key
   makes the softmax constant) are left to the element-wise bound.
 
@@ -78,7 +78,7 @@ class EmulatedTensorCoreAttention:
 
         import torch
 
-        from tests.flash_reference import causal_bias
+        from tests.checks.flash_reference import causal_bias
 
         dtype = Q.dtype
         r = lambda t: _round_operand(t.detach().float(), dtype, cls.tf32)  # noqa: E731
@@ -110,10 +110,10 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
     ``dtype_names`` (e.g. ["bfloat16"]) restricts the dtypes; None measures all three."""
     import torch
 
-    from tests import gpus
-    from tests.assertions import norm_check_applies
-    from tests.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase, case_tolerance
-    from tests.submission import load_adapters
+    from tests.harness import gpus
+    from tests.checks.assertions import norm_check_applies
+    from tests.checks.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase, case_tolerance
+    from tests.harness.submission import load_adapters
 
     cuda = gpus.count() > 0
     if submission in (EMULATED, EMULATED_IEEE):
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         print("ROWS " + json.dumps(rows))
         return 0
 
-    from tests import gpus  # only to pick defaults; the measuring happens in child processes
+    from tests.harness import gpus  # only to pick defaults; the measuring happens in child processes
 
     cuda = gpus.count() > 0
     max_n = args.max_n or (1024 if cuda else 160)

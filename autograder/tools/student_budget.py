@@ -66,7 +66,7 @@ def _machine() -> str:
     import torch
     import triton
 
-    from tests import gpus
+    from tests.harness import gpus
 
     gpu = (gpus.names() or ["no GPU"])[0]
     return (f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "

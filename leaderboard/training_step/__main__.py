@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu:
         outcome = run(args.submission, "tiny", backend="gloo")
     else:
-        from tests import gpus
+        from tests.harness import gpus
 
         if gpus.count() < 2:
             print("the official run needs two CUDA GPUs; use --cpu on a CPU", file=sys.stderr)

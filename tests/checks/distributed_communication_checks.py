@@ -1,7 +1,7 @@
 """Shared checks of §3.1 distributed_communication, for its visible and hidden tests.
 
 ``as_time_steps`` turns the submission's ``time_all_reduce`` into a ``time_steps``-shaped
-function whose "step" is the all-reduce, so that tests/timing_checks.py's fake clock judges it
+function whose "step" is the all-reduce, so that tests/checks/timing_checks.py's fake clock judges it
 (a warm-up all-reduce costs 100 s, a measured one 1 s, a sync 0.25 s). ``run_benchmark`` starts
 the ranks and checks what every benchmark must satisfy.
 """
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.executor.probes import run_probe
-from tests.parallel_checks import RUN_TIMEOUT_S, ranks_of
+from tests.checks.parallel_checks import RUN_TIMEOUT_S, ranks_of
 
 RESULT_KEYS = {"backend", "world_size", "size_bytes", "times", "mean_ms", "algbw_gbps", "busbw_gbps"}
 

@@ -34,7 +34,7 @@ import traceback
 import pytest
 import torch
 
-from tests import gpus
+from tests.harness import gpus
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 ACCEPTED = (ValueError, TypeError, RuntimeError)
@@ -173,7 +173,7 @@ def assert_rejects(function: type[torch.autograd.Function], bad: BadInput, *, tr
     of ``bad.keywords``), and with ``triton`` it must come before any kernel of the submission
     is launched (checked where launches are recorded, under ``--isolate``).
     """
-    from tests.flash_cases import explain_device_refusal
+    from tests.checks.flash_cases import explain_device_refusal
 
     valid = (_randn(1, 16, 16), _randn(1, 16, 16), _randn(1, 16, 16))
     try:

@@ -5,18 +5,18 @@ frozen description (batch, n_queries, n_keys, d, dtype, is_causal, memory layout
 it come the inputs, a rerun command that every failure message carries, and the truth. To
 rerun a failing case yourself, paste the command its message prints at the repo root, e.g.
 
-    TRITON_INTERPRET=1 .venv/bin/python -m tests.flash_repro triton forward "FlashCase(batch=2, n_queries=17, \
+    TRITON_INTERPRET=1 .venv/bin/python -m tests.checks.flash_repro triton forward "FlashCase(batch=2, n_queries=17, \
         n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3, device='cpu')"
 
 (``TRITON_INTERPRET=1`` runs Triton kernels on a CPU; a case with ``device='cuda'`` prints no
-prefix), which runs the same check and prints the same message (tests/flash_repro.py), from a
+prefix), which runs the same check and prints the same message (tests/checks/flash_repro.py), from a
 fresh shell: it names the kit's ``.venv/bin/python``, and it tests the same submission as the
 tests did when ``CS336_SUBMISSION`` is still set (or add ``--submission DIR``). In a
 Python shell: ``Q, K, V = FlashCase(...).make_inputs()``, then call your Function.
 
 Checks live here so that every test reports the same way: ``check_forward`` (O, the saved
-logsumexp L) and ``check_backward`` (dQ, dK, dV), each compared with tests/flash_reference.py
-under the tolerances of tests/flash_tolerances.py for that Function ("pytorch" or "triton").
+logsumexp L) and ``check_backward`` (dQ, dK, dV), each compared with tests/checks/flash_reference.py
+under the tolerances of tests/checks/flash_tolerances.py for that Function ("pytorch" or "triton").
 Whatever goes wrong inside the call (the submission's process crashed or timed out, or a
 Triton Function refused CPU tensors) is reported with the case's rerun command.
 """
@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from hypothesis import strategies as st
 
-from tests.assertions import assert_close, assert_meta, assert_norm_close
-from tests.flash_reference import AttentionResult, attention_float64
-from tests.flash_tolerances import IMPLEMENTATIONS, tolerance
+from tests.checks.assertions import assert_close, assert_meta, assert_norm_close
+from tests.checks.flash_reference import AttentionResult, attention_float64
+from tests.checks.flash_tolerances import IMPLEMENTATIONS, tolerance
 
 LAYOUTS = ("contiguous", "transposed", "sliced", "mixed")
 HEAD_DIMS = (16, 32, 64, 128)
@@ -115,7 +115,7 @@ class FlashCase:
         """The shell command that reruns this case's ``check`` ("forward" or "backward") of the
         ``implementation`` ("pytorch" or "triton") Function and prints the same message."""
         prefix = "TRITON_INTERPRET=1 " if self.device == "cpu" else ""
-        return f'{prefix}.venv/bin/python -m tests.flash_repro {implementation} {check} "{self.expression()}"'
+        return f'{prefix}.venv/bin/python -m tests.checks.flash_repro {implementation} {check} "{self.expression()}"'
 
     def repro(self, function_name: str, implementation: str | None = None, check: str = "forward") -> str:
         """What a failure says about the case: the call, the inputs, and (given the
@@ -161,7 +161,7 @@ class FlashCase:
         return _lay_out(values.to(device=self.device, dtype=self.dtype), self._layouts()[3])
 
     def truth(self, Q, K, V, dO=None) -> AttentionResult:
-        """The reference result for these inputs, in float64 (tests/flash_reference.py)."""
+        """The reference result for these inputs, in float64 (tests/checks/flash_reference.py)."""
         return attention_float64(Q, K, V, self.is_causal, dO)
 
 
@@ -214,7 +214,7 @@ def saved_logsumexp(O: torch.Tensor, batch: int, n_queries: int, context: str) -
 
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device", re.IGNORECASE)
 _FROM_SUBMISSION = "raised in the submission's process"  # the note tests/executor/client.py's stand-ins carry
-_KIT_TESTS = str(Path(__file__).resolve().parent)
+_KIT_TESTS = str(Path(__file__).resolve().parents[1])  # the kit's tests/ folder
 
 
 def raised_by_submission(error: BaseException) -> bool:
@@ -289,7 +289,7 @@ def reporting(case: FlashCase, implementation: str, check: str, call: str):
 
 
 def case_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[str, float]:
-    """The tolerance for ``quantity`` of ``case``: tests/flash_tolerances.py's, with atol scaled
+    """The tolerance for ``quantity`` of ``case``: tests/checks/flash_tolerances.py's, with atol scaled
     by ``case.v_scale`` for the quantities that scale with V (O, dQ, dK; L and dV do not), so that
     an error relative to the size of V is judged the same at any scale."""
     tol = tolerance(case.dtype, quantity, implementation).elementwise()
@@ -300,7 +300,7 @@ def case_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[
 
 def case_norm_tolerance(case: FlashCase, quantity: str, implementation: str) -> dict[str, float]:
     """``{"rtol", "atol"}`` of the whole-tensor check of ``quantity``: the tolerance's ``norm``
-    (tests/flash_tolerances.py), and the element-wise atol of ``case_tolerance``, which says where it applies."""
+    (tests/checks/flash_tolerances.py), and the element-wise atol of ``case_tolerance``, which says where it applies."""
     return {"rtol": tolerance(case.dtype, quantity, implementation).norm, "atol": case_tolerance(case, quantity, implementation)["atol"]}
 
 
@@ -314,7 +314,7 @@ def check_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``function.apply`` on ``case``; check O (shape, dtype, values) and the saved L; return both.
 
-    ``implementation`` ("pytorch" or "triton") picks the tolerances (tests/flash_tolerances.py).
+    ``implementation`` ("pytorch" or "triton") picks the tolerances (tests/checks/flash_tolerances.py).
     L must be float32 of shape (batch, n_queries) and equal the natural-log logsumexp of the
     scaled (and masked) scores. Fails with the case and its rerun command in every message.
     """

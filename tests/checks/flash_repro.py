@@ -3,13 +3,13 @@
 Every FlashAttention-2 failure prints a command of this form (``FlashCase.command``); paste it
 at the root of your checkout:
 
-    TRITON_INTERPRET=1 .venv/bin/python -m tests.flash_repro triton forward \\
+    TRITON_INTERPRET=1 .venv/bin/python -m tests.checks.flash_repro triton forward \\
         "FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3)"
 
 It loads the submission the tests would (``--submission DIR``, else ``$CS336_SUBMISSION``, else
-the current directory: tests/submission.py's ``resolve_submission_dir``), builds the
+the current directory: tests/harness/submission.py's ``resolve_submission_dir``), builds the
 case's inputs, runs the same check as the test (``check_forward`` or ``check_backward`` of
-tests/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
+tests/checks/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
 message. ``TRITON_INTERPRET=1`` is how the tests run Triton without a GPU; it must be set
 before triton is imported, so it goes in front of the command (leave it out on a GPU machine,
 where the case says ``device='cuda'``).
@@ -34,15 +34,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests import gpus
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.harness import gpus
 
     if not gpus.count() and os.environ.get("TRITON_INTERPRET") != "1":
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
     from tests.executor.interpreter import single_autotune_config
-    from tests.flash_cases import FlashCase, check_backward, check_forward
-    from tests.submission import SubmissionError, load_adapters, resolve_submission_dir
+    from tests.checks.flash_cases import FlashCase, check_backward, check_forward
+    from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir
 
     try:
         root = resolve_submission_dir(args.submission, Path.cwd())

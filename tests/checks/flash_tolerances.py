@@ -1,14 +1,14 @@
 """How close a FlashAttention-2 result must be to the float64 truth: the one tolerance model and
 every table stated in it.
 
-Read by tests/flash_cases.py (every FlashAttention-2 check), by the leaderboard's correctness
+Read by tests/checks/flash_cases.py (every FlashAttention-2 check), by the leaderboard's correctness
 gate and by TAs who wonder why a number is what it is.
 
 The model (``Tolerance``): a tensor passes when it is finite and
 
 - element by element, ``|actual - expected| <= atol + rtol * |expected| + max_frac * max|expected|``;
 - as a whole (where ``norm`` is set), ``||actual - expected|| <= norm * ||expected||`` (Frobenius
-  norms), judged where the expected tensor's RMS is at least ``atol`` (tests/assertions.py
+  norms), judged where the expected tensor's RMS is at least ``atol`` (tests/checks/assertions.py
   ``norm_check_applies``): below that, as for an exactly zero gradient, the element bound judges alone.
 
 Two sets of values, measured for different shapes:
@@ -88,7 +88,7 @@ accumulator errs by 6e-4 to 1e-3 in float32 runs and overflows once |V| passes 6
 fails here (the ``accumulator_float16_pytorch`` mutant). Cases with ``v_scale`` (V multiplied
 by 1e5, past the float16 range) catch it in the Triton Function too, whose tf32 tolerance
 would hide its rounding: there atol is multiplied by ``v_scale`` for O, dQ and dK
-(tests/flash_cases.py ``case_tolerance``), so the error is judged relative to the size of V.
+(tests/checks/flash_cases.py ``case_tolerance``), so the error is judged relative to the size of V.
 
 The leaderboard's gate (``GATE_TOLERANCES``) judges O, dQ, dK and dV at its own shape, batch 16
 (heads folded in), 16384 queries and keys, d 64, causal, bfloat16, with atol = rtol = 0: ``norm``
@@ -130,7 +130,7 @@ class Tolerance:
     max_frac: float = 0.0
 
     def elementwise(self) -> dict[str, float]:
-        """``{"atol", "rtol"}``, the keywords of tests/assertions.py ``assert_close``."""
+        """``{"atol", "rtol"}``, the keywords of tests/checks/assertions.py ``assert_close``."""
         if self.max_frac:
             raise ValueError(f"{self} bounds elements relative to the tensor's maximum, which assert_close cannot apply")
         return {"atol": self.atol, "rtol": self.rtol}
@@ -143,7 +143,7 @@ class Tolerance:
 # can be off by 7e-3) also passes a gradient that is 2-4% off everywhere; the norm bound does not,
 # because rounding errors do not all point the same way and a bug's do. Smaller expected tensors
 # (an exactly zero gradient: one key makes the softmax constant) are left to the element-wise bound
-# (tests/assertions.py ``norm_check_applies``).
+# (tests/checks/assertions.py ``norm_check_applies``).
 #
 # norm from the largest norm-relative errors measured on correct kernels (``measure_tolerances``,
 # 2026-12-02): the tensor-core stand-in on the CPU (``--submission emulated --cases 100``: float32

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tests.assertions import assert_close
+from tests.checks.assertions import assert_close
 from tests.executor.probes import run_probe
-from tests.model_spies import outcome_value
+from tests.checks.model_spies import outcome_value
 
 OVERRIDES = {"d_model": 16, "d_ff": 24, "num_layers": 4, "num_heads": 2, "vocab_size": 50, "context_length": 16}
 

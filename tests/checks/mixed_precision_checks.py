@@ -67,7 +67,7 @@ def assert_autocast_dtypes(adapters, dtype: torch.dtype, device: str) -> None:
 
 
 def assert_compares_precisions(lm_spy, *, context_length: int, mode: str, warmup_steps: int, measure_steps: int):
-    from tests.model_spies import TINY_MODEL
+    from tests.checks.model_spies import TINY_MODEL
 
     results = lm_spy.run("run_compare_precisions", "small", context_length=context_length, mode=mode,
                          warmup_steps=warmup_steps, measure_steps=measure_steps, device="cpu", batch_size=2,

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.executor.probes import run_probe
-from tests.model_spies import outcome_value
+from tests.checks.model_spies import outcome_value
 
 MATMUL_OPS = {"aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::dot", "aten::mv"}
 SOFTMAX_OPS = {"aten::_softmax", "aten::softmax", "aten::_safe_softmax", "aten::exp", "aten::exp_"}

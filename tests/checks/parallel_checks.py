@@ -4,7 +4,7 @@ Read by tests/test_{naive_ddp,ddp_flat,ddp_overlap_individual,ddp_bucketed,
 optimizer_state_sharding,fsdp}.py and their hidden twins. A run happens next to the
 submission (tests/executor/probes/ddp.py and siblings start the ranks there); only the
 settings go out and only the ranks' observations come back. Everything here, the truth
-included (tests/parallel_reference.py), runs in the harness.
+included (tests/checks/parallel_reference.py), runs in the harness.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections import Counter
 
 import torch
 
-from tests.assertions import assert_close
+from tests.checks.assertions import assert_close
 from tests.executor.probes import parallel_models as models
 from tests.executor.probes import run_probe
-from tests import parallel_reference as reference
+from tests.checks import parallel_reference as reference
 
 RUN_TIMEOUT_S = 60.0
 FP32_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}

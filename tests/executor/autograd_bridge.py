@@ -1,7 +1,7 @@
 """The autograd bridge: a tensor that has a graph in the executor gets a stand-in graph in the harness.
 
 Read by ``client.py`` (which builds the stand-in for each returned tensor that has a graph there)
-and by ``tests/flash_cases.py`` (``saved_tensors``). The contract:
+and by ``tests/checks/flash_cases.py`` (``saved_tensors``). The contract:
 
 - ``stand_in_graph(executor, output, graph_id, inputs)`` returns ``output`` as the result of one
   ``_ExecutorGraph`` node whose inputs are the harness's tensors that required grad in the call,

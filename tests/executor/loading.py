@@ -2,7 +2,7 @@
 
 The one import step of a submission, shared by every process that runs one: the executor
 (``server.py``, which may import nothing outside this package and ``confine``, so the step lives
-here), and through ``tests/submission.py``'s ``load_adapters`` the tests' own process (without
+here), and through ``tests/harness/submission.py``'s ``load_adapters`` the tests' own process (without
 ``--isolate``) and the leaderboard's worker. Both modules are registered in ``sys.modules``
 straight from the submission's files, so that whatever is on ``sys.path`` (the kit's root holds
 stubs of the same names) can never shadow them.

@@ -173,8 +173,8 @@ def check_triton_call(verdict: Verdict, kernels: dict[str, set[str]], launches: 
 
 def _outcome(run, case: Case, device: str) -> tuple[str, str]:
     """("right" | "wrong" | "raised", detail) for one call of the Function, judged here."""
-    from tests.flash_reference import attention_float64
-    from tests.flash_tolerances import tolerance
+    from tests.checks.flash_reference import attention_float64
+    from tests.checks.flash_tolerances import tolerance
 
     Q, K, V = (t.requires_grad_(True) for t in case.inputs(device))  # as the tests call it
     try:

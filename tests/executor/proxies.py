@@ -1,7 +1,7 @@
 """What the harness holds of the submission: ``RemoteAdapters`` and ``RemoteObject``.
 
 Read by the root ``conftest.py`` (which hands tests a ``RemoteAdapters`` under ``--isolate``), by
-``tests/flash_cases.py`` and ``tests/flash_bad_inputs.py``, and by ``client.py``, which turns each
+``tests/checks/flash_cases.py`` and ``tests/checks/flash_bad_inputs.py``, and by ``client.py``, which turns each
 handle that arrives into a ``RemoteObject`` and each ``RemoteObject`` passed back into its handle.
 The contract:
 

@@ -4,7 +4,7 @@
 that needs two (a process per GPU over NCCL). Read by conftest.py, which skips a test this
 machine has too few GPUs for, and by the scorers (tests/score.py, the grader's plugin and
 runner): a test skipped for want of GPUs is "not graded on this runner", never a failure, so
-a one-GPU runner costs no points on two-GPU tests. How many GPUs there are is tests/gpus.py's
+a one-GPU runner costs no points on two-GPU tests. How many GPUs there are is tests/harness/gpus.py's
 ``count()``.
 """
 

@@ -10,7 +10,7 @@ profile is picked by ``$HYPOTHESIS_PROFILE`` if set, else ``gpu`` when CUDA is a
 - ``gpu``: larger shapes, bfloat16 too; few examples, since each new shape compiles kernels.
 - ``thorough``: many examples on either machine, for hunting a bug (slow on a CPU).
 
-A stub's NotImplementedError ends a test at its first example, unshrunk (tests/stub_failures.py).
+A stub's NotImplementedError ends a test at its first example, unshrunk (tests/harness/stub_failures.py).
 
 ``FUZZ`` holds what the chosen profile allows (sizes and dtypes), so the strategies in the test
 modules read their bounds from one place. Rerun one failing example exactly: Hypothesis prints
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import HealthCheck, settings
 
-from tests import gpus
+from tests.harness import gpus
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Probes for the benchmarking_script tests: watch the provided LM inside the submission's benchmark.
 
-Read by tests/model_spies.py (``lm_spy``), the CLI tests, and the nsys_profile probes (which
+Read by tests/checks/model_spies.py (``lm_spy``), the CLI tests, and the nsys_profile probes (which
 share ``caught``). Each probe runs a call of the submission with its spies on and returns what
 they saw; the spies are removed before it returns, so later calls see the plain classes.
 Errors come back as data (see ``caught``), so that what was recorded before an error reaches

@@ -1,6 +1,6 @@
 """Probe for the §1.6 gradient_checkpointing tests: one checkpointed forward and backward of the provided LM.
 
-Read by tests/gradient_checkpointing_checks.py, which sends the LM's overrides, its initial
+Read by tests/checks/gradient_checkpointing_checks.py, which sends the LM's overrides, its initial
 state and the tokens, and judges what comes back against its own plain run.
 """
 

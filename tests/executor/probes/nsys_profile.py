@@ -1,6 +1,6 @@
 """Probes for the nsys_profile tests: record NVTX ranges (and the aten ops inside them) where they run.
 
-Read by tests/nvtx_recorder.py, which calls these next to the submission. Real NVTX calls need
+Read by tests/checks/nvtx_recorder.py, which calls these next to the submission. Real NVTX calls need
 a CUDA build of PyTorch; during a probe ``torch.cuda.nvtx.range_push`` and ``range_pop``
 (which ``torch.cuda.nvtx.range`` calls too) are recorders, restored before it returns. Student
 code must therefore call them through ``torch.cuda.nvtx`` at call time, as the stubs say.
