@@ -101,6 +101,9 @@ def chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
     return "grade: chain times: " + "; ".join(parts)
 
 
+FILE_TIMES_LINE = "grade: test time per file: "  # read back by autograder/tools/time_test_files.py
+
+
 def file_test_times(runs: list[SuiteRun]) -> str:
     """One console line: the summed test durations of each test file, longest first (the part of
     a file's time in autograder/test_durations.toml that excludes its process start)."""
@@ -110,7 +113,7 @@ def file_test_times(runs: list[SuiteRun]) -> str:
             file = nodeid.split("::", 1)[0]
             seconds[file] = seconds.get(file, 0.0) + verdict.duration
     ranked = sorted(seconds.items(), key=lambda item: -item[1])
-    return "grade: test time per file: " + "; ".join(f"{file} {total:.1f} s" for file, total in ranked)
+    return FILE_TIMES_LINE + "; ".join(f"{file} {total:.1f} s" for file, total in ranked)
 
 
 def run_chains(specs: list[SuiteSpec], alone: list[bool], jobs: int) -> list[SuiteRun]:

@@ -57,13 +57,13 @@ class Verifier:
         self._key = key
         self._seq = 0
 
-    def verify(self, line: bytes) -> dict:
+    def verify(self, frame: bytes) -> dict:
         """Return the record of one frame's payload; raise ForgedRecord if it is not ours."""
         try:
-            text = bytes(line).decode()
+            text = bytes(frame).decode()
             payload, mac = text.rsplit("\t", 1)
         except (UnicodeDecodeError, ValueError) as error:
-            raise ForgedRecord(f"unreadable record {line[:80]!r}") from error
+            raise ForgedRecord(f"unreadable record {bytes(frame[:80])!r}") from error
         if not hmac.compare_digest(mac, _mac(self._key, self._seq, payload)):
             raise ForgedRecord(f"record {self._seq} has a wrong signature")
         self._seq += 1

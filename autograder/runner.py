@@ -2,8 +2,8 @@
 
 Read by staff changing how tests are run. The grader (autograder/grade.py) calls
 ``run_suite`` once per suite (visible ``tests/``, hidden ``autograder/hidden_tests/``). It
-starts ``autograder/harness_pytest.py`` with a clean environment (autograder/harness_process.py) and reads the signed
-records of autograder/pytest_plugin.py from a pipe, under a watchdog:
+starts ``autograder/harness_pytest.py`` with a clean environment and reads the signed records of
+autograder/pytest_plugin.py from a pipe (both in autograder/harness_process.py), under a watchdog:
 
 - a test that runs past its time limit is killed with its whole process group (its time is the
   smaller of its wall and CPU time, with a wall-clock backstop: tests/executor/cpu_clock.py);

@@ -14,10 +14,10 @@ from tests.executor.probes import torch_compile as probe
 
 
 class _CudaLooking(torch.Tensor):
-    """A CPU tensor that says it is on CUDA: all ``by_device`` reads of its inputs."""
+    """A CPU tensor that says it is on CUDA (``is_cuda`` is all ``by_device`` reads of an input)."""
 
     @property
-    def is_cuda(self):  # noqa: D401
+    def is_cuda(self):
         return True
 
 

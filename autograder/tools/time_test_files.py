@@ -18,7 +18,7 @@ other column and the ``alone_on_gpu`` flags as they are), and the total.
 Timing every file alone takes as long as the sum of the files. A quicker estimate reads the
 "test time per file" line that every grade prints, adding each chain's start to each file:
 
-    python3 -m autograder.grade ... > grade.log   # any full grade of the reference
+    python3 -m autograder grade reference --require-gpu --expect-full > grade.log
     python3 -m autograder.tools.time_test_files --column gpu --from-grade-log grade.log --write
 
 ``--write`` puts the numbers into the column in place (other columns and flags kept).
@@ -31,22 +31,22 @@ import re
 import time
 from pathlib import Path
 
+from autograder.chains import FILE_TIMES_LINE
 from autograder.grade import SUITE_DIRS, GradeOptions, grade
 from autograder.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 DURATIONS = ROOT / "autograder" / "test_durations.toml"
-PER_FILE_LINE = "grade: test time per file: "
 
 
 def from_grade_log(log: str, start_s: float) -> list[tuple[str, float]]:
     """[(file, seconds)] from a grade's "test time per file" line: each file's summed test time
     plus ``start_s`` (a chain's process start and collection, which that line leaves out)."""
-    lines = [line for line in log.splitlines() if line.startswith(PER_FILE_LINE)]
+    lines = [line for line in log.splitlines() if line.startswith(FILE_TIMES_LINE)]
     if not lines:
-        raise SystemExit(f"no '{PER_FILE_LINE.strip()}' line in the log: pass the output of a full grade")
+        raise SystemExit(f"no '{FILE_TIMES_LINE.strip()}' line in the log: pass the output of a full grade")
     measured = []
-    for item in lines[-1][len(PER_FILE_LINE):].split("; "):
+    for item in lines[-1][len(FILE_TIMES_LINE):].split("; "):
         path, seconds = item.rsplit(" ", 2)[:2]
         measured.append((path, float(seconds) + start_s))
     return measured

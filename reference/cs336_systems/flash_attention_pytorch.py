@@ -131,8 +131,9 @@ def _flash_backward_compiled():
 
     Compiled once per (is_causal, device) and then reused for any shape: dynamic=True makes the
     sizes symbolic, and the caller always passes contiguous float32, so dtype and strides never
-    trigger a recompile. Only CUDA tensors take it: on a CPU the first call of each kind compiles
-    C++ (measured on a 2-core CPU: the visible backward tests took 58 s compiled, 5 s plain).
+    trigger a recompile. Only large CUDA inputs take it (``_flash_backward``): on a CPU the first
+    call of each kind compiles C++ (measured on a 2-core CPU: the visible backward tests took 58 s
+    compiled, 5 s plain).
     """
     return torch.compile(flash_backward_pytorch, dynamic=True)
 
