@@ -2,7 +2,8 @@
 
 Read by staff who change how a grade spends its machine. autograder/schedule.py packs the test
 files into chains; here the chains run, ``jobs`` at a time (each in a watchdog thread running
-autograder/runner.py's ``run_suite``), the chains marked alone after the rest, one at a time;
+autograder/runner.py's ``run_suite``), sharing the GPU (a test marked ``alone_on_gpu`` gets it to
+itself: autograder/gpu_quiet.py);
 the test processes fork from one warm zygote per grader process (autograder/zygote.py); the
 shards of a suite merge back into one result per suite; and two console lines say what each
 chain and each test file took (for autograder/test_durations.toml).
@@ -47,8 +48,8 @@ def default_jobs() -> int:
     processes do not move; the out-of-memory checks ask for far more than the GPU holds; the
     other GPU checks compare values, not times. The only verdicts that compare or bound GPU
     timings (§2.1's sweep: the forward at 4096 tokens slower than at 1024, forward and backward
-    under 100 ms) are in files marked ``alone_on_gpu`` in autograder/test_durations.toml, which
-    run after every other chain has finished (autograder/schedule.py).
+    under 100 ms) are in tests marked ``alone_on_gpu``, during which no other test of the grade
+    runs (autograder/gpu_quiet.py).
     """
     cpus = usable_cpus()
     if not gpus.driver_present():
@@ -96,7 +97,7 @@ def chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
         names = ", ".join(path.name + (f" (part {'+'.join(str(k + 1) for k in chain.shards[path][0])} of "
                                        f"{chain.shards[path][1]})" if path in chain.shards else "")
                           for path in chain.files)
-        parts.append(f"{chain.suite}#{chain.index}{' (alone)' if chain.alone else ''} {seconds:.0f} s "
+        parts.append(f"{chain.suite}#{chain.index} {seconds:.0f} s "
                      f"(expected {chain.expected_s:.0f}): {names}")
     return "grade: chain times: " + "; ".join(parts)
 
@@ -116,13 +117,7 @@ def file_test_times(runs: list[SuiteRun]) -> str:
     return FILE_TIMES_LINE + "; ".join(f"{file} {total:.1f} s" for file, total in ranked)
 
 
-def run_chains(specs: list[SuiteSpec], alone: list[bool], jobs: int) -> list[SuiteRun]:
-    """Run the chains not marked ``alone``, ``jobs`` at a time; then the others, one at a time."""
-    together = [spec for spec, flag in zip(specs, alone) if not flag]
-    return _run_all(together, jobs) + _run_all([spec for spec, flag in zip(specs, alone) if flag], 1)
-
-
-def _run_all(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
+def run_chains(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
     """Run the chains, ``jobs`` at a time in the given order, each in its own watchdog thread."""
     results: list[SuiteRun | None] = [None] * len(specs)
     queue = list(enumerate(specs))

@@ -194,14 +194,13 @@ def grade(options: GradeOptions) -> GradeReport:
         except DurationsError as error:  # a broken timing table must not stop a grade
             printer.say(f"grade: packing test files by size: {error}")
             durations = {}
-        chains = plan_chains(files, jobs, kit, gpu=gpus.driver_present(), durations=durations)
-        together = [chain for chain in chains if not chain.alone]
-        at_once = min(jobs, max(1, len(together)))
+        on_gpu = gpus.driver_present()
+        chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
+        at_once = min(jobs, max(1, len(chains)))
         test_timeout = options.test_timeout_s or settings.test_timeout_s
         deadline = started + (options.total_timeout_s or settings.total_timeout_s)
         printer.say(f"grade: {options.submission} ({intake.summary().splitlines()[0]})")
-        alone_note = (f", then {len(chains) - len(together)} alone (they compare GPU timings)"
-                      if len(together) < len(chains) else "")
+        alone_note = ", each test marked alone_on_gpu alone on the GPU" if on_gpu else ""
         printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
                     f"per-test limit {test_timeout:.0f} s; "
                     + (f"the submission runs as {user}" if user else "the submission runs as this user (--same-user)"))
@@ -221,14 +220,14 @@ def grade(options: GradeOptions) -> GradeReport:
                 executor_limits=executor_limits(),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
-                shard=chain.index, shards=chain.shards,
+                shard=chain.index, shards=chain.shards, gpu_lock=private / "gpu-quiet" if on_gpu else None,
             )
             for chain in chains
         ]
         zygote = zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
         for spec in specs:
             spec.zygote = zygote
-        runs = run_chains(specs, [chain.alone for chain in chains], jobs)
+        runs = run_chains(specs, jobs)
         printer.flush_all()
         printer.say(chain_times(chains, specs, runs))
         printer.say(file_test_times(runs))

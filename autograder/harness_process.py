@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confine import frames, uid_pool
+from autograder.gpu_quiet import ENV_VAR as GPU_LOCK_ENV
 from autograder.hidden_tests.secret import SEED_ENV, course_secret
 from autograder.protocol import MAX_RECORD_BYTES, ForgedRecord, Verifier, new_key
 from tests.executor.cpu_clock import WALL_FACTOR
@@ -78,6 +79,8 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
         "MPLCONFIGDIR": str(work / "cache" / "matplotlib"),
         "CS336_GRADER_RUN": run_id,
     })
+    if spec.gpu_lock is not None:
+        env[GPU_LOCK_ENV] = str(spec.gpu_lock)
     # Every example a grade draws derives from the course's secret (tests/harness/example_seeds.py).
     env.setdefault(SEED_ENV, course_secret())
     return env

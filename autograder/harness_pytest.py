@@ -45,10 +45,12 @@ def main(argv: list[str]) -> int:
 
     import pytest
 
+    from autograder.gpu_quiet import from_environment
     from autograder.pytest_plugin import GraderPlugin, load_selection
 
     nodeids, shards = load_selection(None if run_only == "-" else run_only)
-    plugin = GraderPlugin(key_fd=int(key_fd), record_fd=int(record_fd), run_only=nodeids, shards=shards)
+    plugin = GraderPlugin(key_fd=int(key_fd), record_fd=int(record_fd), run_only=nodeids, shards=shards,
+                          gpu_quiet=from_environment())
     return int(pytest.main(pytest_args, plugins=[plugin]))
 
 

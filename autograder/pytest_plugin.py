@@ -7,7 +7,9 @@ for the other side). In order, the plugin:
    can sign records;
 2. at collection: keeps only the tests the grader asked for, sends the collected list
    (node id, gpu marker) and any collection errors;
-3. per test: sends "start" before it runs and "result" after its teardown.
+3. per test: on a GPU grade, takes the grade's GPU lock (autograder/gpu_quiet.py: alone for a
+   test marked ``alone_on_gpu``, else shared; "waiting" tells the watchdog when it has to wait),
+   then sends "start" before the test runs and "result" after its teardown.
 
 The submission never runs in this process: the kit's conftest starts an executor for it
 (``--isolate``, tests/executor/), as its own unprivileged user when the grader is root, and
@@ -26,6 +28,7 @@ import types
 
 import pytest
 
+from autograder.gpu_quiet import MARKER as ALONE_ON_GPU, GpuQuiet
 from autograder.protocol import KEY_BYTES, Signer
 
 _PR_SET_DUMPABLE = 4
@@ -83,8 +86,9 @@ class GraderPlugin:
     """Registered by autograder/harness_pytest.py; see the module docstring for the protocol."""
 
     def __init__(self, *, key_fd: int, record_fd: int, run_only: list[str] | None,
-                 shards: dict[str, tuple[list[int], int]] | None = None):
+                 shards: dict[str, tuple[list[int], int]] | None = None, gpu_quiet: GpuQuiet | None = None):
         self._key_fd = key_fd
+        self._gpu_quiet = gpu_quiet
         self._record_fd = record_fd
         self._run_only = None if run_only is None else set(run_only)
         self._shards = shards or {}
@@ -119,6 +123,16 @@ class GraderPlugin:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if self._gpu_quiet is None:
+            yield
+            return
+        alone = item.get_closest_marker(ALONE_ON_GPU) is not None
+        waiting = {"type": "waiting", "nodeid": item.nodeid, "alone": alone}
+        with self._gpu_quiet.hold(alone, on_wait=lambda: self._signer.send(waiting)):
+            yield
 
     def pytest_collectreport(self, report):
         if report.failed:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from autograder.gpu_quiet import WAIT_LIMIT_S as GPU_WAIT_LIMIT_S
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
@@ -76,6 +77,7 @@ class SuiteSpec:
     python: str = sys.executable
     extra_env: dict[str, str] = field(default_factory=dict)
     zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
+    gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
 
 
 @dataclass
@@ -179,6 +181,8 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
                     elif kind == "finished":
                         child.eof = True
+                    elif kind == "waiting" and current is None:  # for the GPU lock (autograder/gpu_quiet.py)
+                        test_deadline = time.monotonic() + GPU_WAIT_LIMIT_S + STARTUP_TIMEOUT_S
                     elif kind == "start":
                         if current is not None and pending is not None and current in pending:
                             settle(current, Verdict(current, "failed", "the test process reported no verdict for this "

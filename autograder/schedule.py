@@ -14,16 +14,15 @@ suites. ``plan_chains`` decides how many chains each suite gets and which files 
 - chains are added to the suite whose longest chain is the longest, the fewest that shorten it,
   as long as ``jobs`` allows; chains that would not shorten the grade are not started (each costs
   a process, and on a GPU its memory);
-- on a GPU runner, a file marked ``alone_on_gpu`` (one of its verdicts compares GPU timings that
-  other processes on the same GPU would disturb) goes into a chain of its own per suite; those
-  chains run after every other chain has finished, one at a time.
-
 - a file whose row says ``shards = N`` (a file longer than a grade should take, on the runners
   with many cores) is split into N parts of equal expected time; part k holds the tests at
   positions k, k + N, k + 2N, ... of the file's collection order (the test process selects them:
   ``Chain.shards``, autograder/pytest_plugin.py), so the parts need no test ids before
   collection. Parts of one file that land in one chain run together; a chain that holds every
-  part runs the whole file. Files that run ``alone`` are never split.
+  part runs the whole file.
+
+Chains share the GPU; a test whose verdict compares GPU timings gets it to itself while it runs
+(marked ``alone_on_gpu``: autograder/gpu_quiet.py), wherever its chain is.
 """
 
 from __future__ import annotations
@@ -42,11 +41,10 @@ class DurationsError(ValueError):
 
 @dataclass(frozen=True)
 class FileTiming:
-    """One row of the durations table: expected chain seconds per column, and the GPU flag."""
+    """One row of the durations table: expected chain seconds per column, and the part count."""
 
     cpu: float | None = None
     gpu: float | None = None
-    alone_on_gpu: bool = False
     shards: int = 1
 
 
@@ -55,7 +53,7 @@ class Chain:
     """One process chain: a suite's files, run in the given order by one pytest process.
 
     ``index`` numbers the suite's chains from 0; ``expected_s`` is the sum of the files'
-    estimates; ``alone`` chains run after all others, one at a time. ``shards`` holds the files
+    estimates. ``shards`` holds the files
     of which this chain runs only some parts: {file: (the parts it runs, the file's part count)}.
     """
 
@@ -63,7 +61,6 @@ class Chain:
     index: int
     files: list[Path] = field(default_factory=list)
     expected_s: float = 0.0
-    alone: bool = False
     shards: dict[Path, tuple[tuple[int, ...], int]] = field(default_factory=dict)
 
 
@@ -75,21 +72,21 @@ def load_durations(path: Path = DURATIONS_PATH) -> dict[str, FileTiming]:
         raise DurationsError(f"cannot read the test durations table {path}: {error}") from error
     table = {}
     for name, entry in data.get("files", {}).items():
-        if not isinstance(entry, dict) or set(entry) - {*COLUMNS, "alone_on_gpu", "shards"}:
+        if not isinstance(entry, dict) or set(entry) - {*COLUMNS, "shards"}:
             raise DurationsError(f"{path}: [files] {name!r} must be a table with keys among "
-                                 f"{[*COLUMNS, 'alone_on_gpu', 'shards']}; got {entry!r}")
+                                 f"{[*COLUMNS, 'shards']}; got {entry!r}"
+                                 + (" (alone_on_gpu is now a test marker: mark the tests that compare GPU "
+                                    "timings @pytest.mark.alone_on_gpu)" if isinstance(entry, dict)
+                                    and "alone_on_gpu" in entry else ""))
         for column in COLUMNS:
             value = entry.get(column)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise DurationsError(f"{path}: [files] {name!r} {column} must be seconds (a number >= 0); "
                                      f"got {value!r}")
-        alone = entry.get("alone_on_gpu", False)
-        if not isinstance(alone, bool):
-            raise DurationsError(f"{path}: [files] {name!r} alone_on_gpu must be true or false; got {alone!r}")
         shards = entry.get("shards", 1)
         if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 16:
             raise DurationsError(f"{path}: [files] {name!r} shards must be a whole number from 1 to 16; got {shards!r}")
-        table[name] = FileTiming(entry.get("cpu"), entry.get("gpu"), alone, shards)
+        table[name] = FileTiming(entry.get("cpu"), entry.get("gpu"), shards)
     return table
 
 
@@ -131,14 +128,13 @@ def _longest(costs: dict, chains: int) -> float:
 def plan_chains(files: dict[str, list[Path]], jobs: int, kit: Path, *, gpu: bool,
                 durations: dict[str, FileTiming] | None = None) -> list[Chain]:
     """The chains for ``files`` ({suite: test files}), ``jobs`` of them at a time, in the order
-    to start them: the longest first, then the ``alone`` ones (GPU runners only).
+    to start them: the longest first.
 
     Every suite with files gets at least one chain, whatever ``jobs`` is.
     """
     durations = load_durations() if durations is None else durations
     column = "gpu" if gpu else "cpu"
     costs: dict[str, dict[tuple[Path, int], float]] = {}  # per suite, the parts of files that share the GPU
-    alone: dict[str, dict[Path, float]] = {}  # per suite, the files that run after the others
     parts: dict[Path, int] = {}  # each file's part count
     for suite, paths in files.items():
         if not paths:
@@ -146,9 +142,6 @@ def plan_chains(files: dict[str, list[Path]], jobs: int, kit: Path, *, gpu: bool
         estimate = expected_seconds(paths, kit, durations, column)
         for path in paths:
             timing = durations.get(path.relative_to(kit).as_posix(), FileTiming())
-            if gpu and timing.alone_on_gpu:
-                alone.setdefault(suite, {})[path] = estimate[path]
-                continue
             parts[path] = timing.shards
             for part in range(timing.shards):
                 costs.setdefault(suite, {})[(path, part)] = estimate[path] / timing.shards
@@ -171,7 +164,4 @@ def plan_chains(files: dict[str, list[Path]], jobs: int, kit: Path, *, gpu: bool
             shards = {path: (tuple(mine), parts[path]) for path, mine in held.items() if len(mine) < parts[path]}
             chains.append(Chain(suite, index, sorted(held), sum(costs[suite][p] for p in group), shards=shards))
     chains.sort(key=lambda chain: -chain.expected_s)
-    for suite, group in alone.items():
-        index = sum(1 for chain in chains if chain.suite == suite)
-        chains.append(Chain(suite, index, sorted(group), sum(group.values()), alone=True))
     return chains

@@ -105,6 +105,7 @@ def test_compiled_sweep_times_what_torch_compile_returned(adapters):
 
 
 @pytest.mark.gpu
+@pytest.mark.alone_on_gpu  # its times are bounded: no other test of the grade shares the GPU meanwhile
 def test_gpu_sweep_measures_memory_and_survives_real_oom(adapters):
     rows = adapters.run_attention_sweep(
         batch_size=8, head_dims=[16], seq_lens=[1024, 1 << 20], device="cuda", warmup_steps=2, measure_steps=5

@@ -51,6 +51,7 @@ def test_default_attention_runs_on_other_head_dims(adapters):
 
 
 @pytest.mark.gpu
+@pytest.mark.alone_on_gpu  # compares two forward times: no other test of the grade shares the GPU meanwhile
 def test_gpu_memory_grows_with_the_square_of_seq_len(adapters):
     rows = adapters.run_attention_sweep(
         batch_size=8, head_dims=[64], seq_lens=[1024, 4096], device="cuda", warmup_steps=2, measure_steps=5

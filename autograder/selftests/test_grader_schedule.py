@@ -3,8 +3,7 @@
 Synthetic tables and files in a temporary kit, so each check is exact and takes milliseconds:
 longest-first packing balances what size balancing would not, unknown files are estimated
 from their size, suites never share a chain, chains are only added where they shorten the
-grade, files whose verdicts compare GPU timings run alone after the rest on a GPU runner, and
-the GPU default of chains at a time follows the CPU count and the GPU memory.
+grade, chains run ``jobs`` at a time in the planned order, and the GPU default of chains at a time follows the CPU count and the GPU memory.
 """
 
 from __future__ import annotations
@@ -100,28 +99,7 @@ def test_chains_go_to_the_slowest_suite_and_only_where_they_help(tmp_path):
     assert loads(chains) == [2.0, 3.0, 10.0], "a third hidden chain would not shorten the grade: not started"
 
 
-def test_files_that_compare_gpu_timings_run_alone_last_on_a_gpu(tmp_path):
-    visible = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1, "test_timing.py": 1})
-    hidden = make_files(tmp_path, "hidden", {"test_h.py": 1, "test_timing_hidden.py": 1})
-    table = {
-        "tests/test_a.py": FileTiming(gpu=5.0), "tests/test_b.py": FileTiming(gpu=5.0),
-        "tests/test_timing.py": FileTiming(cpu=1.0, gpu=50.0, alone_on_gpu=True),
-        "hidden/test_h.py": FileTiming(gpu=5.0), "hidden/test_timing_hidden.py": FileTiming(gpu=2.0, alone_on_gpu=True),
-    }
-    files = {"visible": visible, "hidden": hidden}
-    chains = plan_chains(files, 8, tmp_path, gpu=True, durations=table)
-    alone = [chain for chain in chains if chain.alone]
-    assert [(c.suite, [p.name for p in c.files]) for c in alone] == [
-        ("visible", ["test_timing.py"]), ("hidden", ["test_timing_hidden.py"])]
-    assert chains[-2:] == alone, "alone chains come last"
-    assert not any("timing" in p.name for c in chains if not c.alone for p in c.files)
-    assert {(c.suite, c.index) for c in chains} == {("visible", 0), ("visible", 1), ("visible", 2), ("hidden", 0),
-                                                    ("hidden", 1)}
-    on_cpu = plan_chains(files, 8, tmp_path, gpu=False, durations=table)
-    assert not any(chain.alone for chain in on_cpu), "on a CPU runner the GPU timing checks are skipped anyway"
-
-
-def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_path):
+def test_chains_run_jobs_at_a_time_in_the_planned_order(monkeypatch, tmp_path):
     events = []
     lock = threading.Lock()
 
@@ -131,19 +109,19 @@ def test_alone_chains_start_after_every_other_chain_has_ended(monkeypatch, tmp_p
         time.sleep(0.05 if spec.shard == 0 else 0.01)
         with lock:
             events.append(("end", spec.shard))
-        return SuiteRun(spec.name)
+        return SuiteRun(spec.name, shard=spec.shard)
 
     monkeypatch.setattr(chains_module, "run_suite", fake_run_suite)
     specs = [SuiteSpec(name="visible", files=[], submission=tmp_path, workdir=tmp_path, private_dir=tmp_path,
                        problem_of=str, test_timeout_s=1, deadline=0, shard=index) for index in range(5)]
-    runs = chains_module.run_chains(specs, [False, False, False, True, True], jobs=3)
-    assert len(runs) == 5
-    last_together_end = max(i for i, event in enumerate(events) if event[0] == "end" and event[1] < 3)
-    alone_starts = [i for i, event in enumerate(events) if event[0] == "start" and event[1] >= 3]
-    assert all(start > last_together_end for start in alone_starts), events
-    assert events[-4:] == [("start", 3), ("end", 3), ("start", 4), ("end", 4)], "alone chains run one at a time"
-    first_three = {event[1] for event in events[:3]}
-    assert first_three == {0, 1, 2}, f"the other chains run 3 at a time: {events}"
+    runs = chains_module.run_chains(specs, jobs=3)
+    assert [run.shard for run in runs] == [0, 1, 2, 3, 4], "one run per chain, in the chains' order"
+    assert {event[1] for event in events[:3]} == {0, 1, 2}, f"the first three chains start together: {events}"
+    running = peak = 0
+    for kind, _ in events:
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak == 3, f"at most 3 chains at a time, and 3 when there are enough: {events}"
 
 
 @pytest.mark.parametrize(
@@ -167,7 +145,7 @@ def test_default_jobs(monkeypatch, gpu, cpus, memory_gib, expected):
     [
         ('"tests/test_a.py" = { cpu = -1 }', ["tests/test_a.py", "cpu", "-1"]),
         ('"tests/test_a.py" = { gpu = "fast" }', ["gpu", "fast"]),
-        ('"tests/test_a.py" = { cpu = 1, alone_on_gpu = 1 }', ["alone_on_gpu"]),
+        ('"tests/test_a.py" = { cpu = 1, alone_on_gpu = true }', ["alone_on_gpu", "@pytest.mark.alone_on_gpu"]),
         ('"tests/test_a.py" = { cpu = 1, gpus = 2 }', ["gpus"]),
         ('"tests/test_a.py" = 3', ["must be a table"]),
         ('"tests/test_a.py" = { cpu = 1, shards = 0 }', ["shards", "0"]),
@@ -196,8 +174,7 @@ def test_the_kit_gpu_plan_is_within_the_packing_bound():
     files = {suite: sorted(p for p in (KIT / folder).glob("test_*.py") if p.name != "test_provided_model.py")
              for suite, folder in grade_module.SUITE_DIRS.items()}
     table = load_durations(DURATIONS_PATH)
-    chains = plan_chains(files, 8, KIT, gpu=True, durations=table)
-    together = [chain for chain in chains if not chain.alone]
+    together = chains = plan_chains(files, 8, KIT, gpu=True, durations=table)
     timing = {p: table[p.relative_to(KIT).as_posix()] for c in together for p in c.files}
     longest_part = max(t.gpu / t.shards for t in timing.values())
     total = sum(t.gpu for t in timing.values())
