@@ -1,11 +1,12 @@
 """Running a grade's test process chains: how many at a time, in which order, and what they took.
 
-Read by staff who change how a grade spends its machine. autograder/schedule.py packs the test
-files into chains; here the chains run, ``jobs`` at a time (each in a watchdog thread running
+Read by staff who change how a grade spends its machine. autograder/schedule.py says how many
+chains each suite gets; here the chains run, ``jobs`` at a time (each in a watchdog thread running
 autograder/runner.py's ``run_suite``), sharing the GPU (a test marked ``alone_on_gpu`` gets it to
 itself: autograder/gpu_quiet.py);
 the test processes fork from one warm zygote per grader process (autograder/zygote.py); the
-shards of a suite merge back into one result per suite; and two console lines say what each
+chains of a suite, which share out its tests (autograder/test_pool.py), merge back into one
+result per suite; and two console lines say what each
 chain and each test file took (for autograder/test_durations.toml).
 """
 
@@ -89,16 +90,18 @@ def _start_zygote(python: str, kit: Path, threads: int, extra_env: dict[str, str
 
 def chain_times(chains, specs: list[SuiteSpec], runs: list[SuiteRun]) -> str:
     """One console line: each chain's wall seconds against its expected seconds (to refresh
-    autograder/test_durations.toml), longest first."""
-    wall = {(run.name, run.shard): run.wall_s for run in runs}
+    autograder/test_durations.toml), longest first, and how many tests of which files it ran."""
+    by_chain = {(run.name, run.shard): run for run in runs}
     parts = []
     for chain, spec in sorted(zip(chains, specs), key=lambda pair: -pair[0].expected_s):
-        seconds = wall.get((spec.name, spec.shard), 0.0)
-        names = ", ".join(path.name + (f" (part {'+'.join(str(k + 1) for k in chain.shards[path][0])} of "
-                                       f"{chain.shards[path][1]})" if path in chain.shards else "")
-                          for path in chain.files)
-        parts.append(f"{chain.suite}#{chain.index} {seconds:.0f} s "
-                     f"(expected {chain.expected_s:.0f}): {names}")
+        run = by_chain.get((spec.name, spec.shard))
+        ran: dict[str, int] = {}
+        for nodeid in (run.outcomes if run else {}):
+            name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            ran[name] = ran.get(name, 0) + 1
+        names = ", ".join(f"{name} x{count}" for name, count in ran.items())
+        parts.append(f"{chain.suite}#{chain.index} {run.wall_s if run else 0.0:.0f} s "
+                     f"(expected {chain.expected_s:.0f}): {names or 'no tests'}")
     return "grade: chain times: " + "; ".join(parts)
 
 
@@ -146,7 +149,7 @@ def run_chains(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
 
 
 def merge(runs: list[SuiteRun]) -> list[SuiteRun]:
-    """One SuiteRun per suite (shards of a suite merged, in file order)."""
+    """One SuiteRun per suite (its chains merged, in file order)."""
     merged: dict[str, SuiteRun] = {}
     for run in runs:
         target = merged.setdefault(run.name, SuiteRun(run.name))

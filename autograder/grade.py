@@ -37,6 +37,7 @@ from autograder.results import results_json, slowest_line, write_results
 from autograder.runner import KIT, SuiteRun, SuiteSpec
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
+from autograder.test_pool import Pool
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
 from tests.harness import gpus
@@ -220,10 +221,14 @@ def grade(options: GradeOptions) -> GradeReport:
                 executor_limits=executor_limits(),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
-                shard=chain.index, shards=chain.shards, gpu_lock=private / "gpu-quiet" if on_gpu else None,
+                shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None,
+                pool=Pool(private / f"claims-{chain.suite}", chain.start,
+                          {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
             )
             for chain in chains
         ]
+        for chain in chains:
+            (private / f"claims-{chain.suite}").mkdir(mode=0o700, exist_ok=True)
         zygote = zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
         for spec in specs:
             spec.zygote = zygote

@@ -122,11 +122,10 @@ class HarnessProcess:
         self.record_read, record_write = os.pipe()
         self.run_id = os.urandom(8).hex()
         run_only_arg = "-"
-        if run_only is not None or spec.shards:
+        if run_only is not None or spec.pool is not None:
             path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.json"
-            shards = {file.relative_to(spec.kit).as_posix(): [list(parts), count]
-                      for file, (parts, count) in spec.shards.items()}
-            path.write_text(json.dumps({"nodeids": run_only, "shards": shards}))
+            pool = spec.pool.as_json() if spec.pool is not None else None
+            path.write_text(json.dumps({"nodeids": run_only, "pool": pool}))
             run_only_arg = str(path)
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         self.lease = uid_pool.lease(start=os.getpid() + index) if spec.executor_uids else None

@@ -48,8 +48,8 @@ def main(argv: list[str]) -> int:
     from autograder.gpu_quiet import from_environment
     from autograder.pytest_plugin import GraderPlugin, load_selection
 
-    nodeids, shards = load_selection(None if run_only == "-" else run_only)
-    plugin = GraderPlugin(key_fd=int(key_fd), record_fd=int(record_fd), run_only=nodeids, shards=shards,
+    nodeids, pool = load_selection(None if run_only == "-" else run_only)
+    plugin = GraderPlugin(key_fd=int(key_fd), record_fd=int(record_fd), run_only=nodeids, pool=pool,
                           gpu_quiet=from_environment())
     return int(pytest.main(pytest_args, plugins=[plugin]))
 

@@ -6,7 +6,9 @@ for the other side). In order, the plugin:
 1. at configure: reads the run's secret key from a pipe and closes it, so that only this plugin
    can sign records;
 2. at collection: keeps only the tests the grader asked for, sends the collected list
-   (node id, gpu marker) and any collection errors;
+   (node id, gpu marker) and any collection errors; in a pooled suite it starts at this chain's
+   point and runs only the tests it claims first, saying "elsewhere" for the rest
+   (autograder/test_pool.py);
 3. per test: on a GPU grade, takes the grade's GPU lock (autograder/gpu_quiet.py: alone for a
    test marked ``alone_on_gpu``, else shared; "waiting" tells the watchdog when it has to wait),
    then sends "start" before the test runs and "result" after its teardown.
@@ -30,6 +32,7 @@ import pytest
 
 from autograder.gpu_quiet import MARKER as ALONE_ON_GPU, GpuQuiet
 from autograder.protocol import KEY_BYTES, Signer
+from autograder.test_pool import Pool, claim, rotated
 
 _PR_SET_DUMPABLE = 4
 _MAX_TEXT = 8000
@@ -85,13 +88,13 @@ def _crash_line(report) -> str:
 class GraderPlugin:
     """Registered by autograder/harness_pytest.py; see the module docstring for the protocol."""
 
-    def __init__(self, *, key_fd: int, record_fd: int, run_only: list[str] | None,
-                 shards: dict[str, tuple[list[int], int]] | None = None, gpu_quiet: GpuQuiet | None = None):
+    def __init__(self, *, key_fd: int, record_fd: int, run_only: list[str] | None, pool: Pool | None = None,
+                 gpu_quiet: GpuQuiet | None = None):
         self._key_fd = key_fd
         self._gpu_quiet = gpu_quiet
         self._record_fd = record_fd
         self._run_only = None if run_only is None else set(run_only)
-        self._shards = shards or {}
+        self._pool = pool
         self._signer: Signer | None = None
 
     # -- setup --------------------------------------------------------------------------
@@ -104,25 +107,34 @@ class GraderPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
-        if self._run_only is None and not self._shards:
-            return
-        position: dict[str, int] = {}  # per file, the next test's position in its collection order
+        if self._run_only is not None:
+            dropped = [item for item in items if item.nodeid not in self._run_only]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item.nodeid in self._run_only]
+        if self._pool is not None:  # this chain's starting point in its suite (autograder/test_pool.py)
+            order = rotated([item.nodeid for item in items], self._pool.weights, self._pool.start)
+            items[:] = [items[position] for position in order]
 
-        def wanted(item) -> bool:
-            file = item.nodeid.split("::", 1)[0]
-            index = position[file] = position.get(file, -1) + 1
-            if file in self._shards:
-                parts, count = self._shards[file]
-                if index % count not in parts:
-                    return False
-            return self._run_only is None or item.nodeid in self._run_only
-
-        verdicts = [wanted(item) for item in items]
-        keep = [item for item, keep_it in zip(items, verdicts) if keep_it]
-        dropped = [item for item, keep_it in zip(items, verdicts) if not keep_it]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session):
+        """With a pool: run only the tests this chain claims first, and say "elsewhere" for the others."""
+        if self._pool is None or session.config.option.collectonly:
+            return None
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+        items = session.items
+        for position, item in enumerate(items):
+            if not claim(self._pool.folder, item.nodeid):
+                self._signer.send({"type": "elsewhere", "nodeid": item.nodeid})
+                continue
+            following = items[position + 1] if position + 1 < len(items) else None
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+        return True
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -198,15 +210,13 @@ def _reporter(signer: Signer, executor) -> types.SimpleNamespace:
                                  pytest_runtest_logreport=pytest_runtest_logreport)
 
 
-def load_selection(path: str | None) -> tuple[list[str] | None, dict[str, tuple[list[int], int]]]:
-    """What this test process runs, from the JSON file the grader wrote (none: everything):
-    (the node ids to run, None for all; {file: (the parts of it to run, its part count)}, where
-    part k of a file split in N is the tests at positions k, k + N, ... of its collection order)."""
+def load_selection(path: str | None) -> tuple[list[str] | None, Pool | None]:
+    """What this test process runs, from the JSON file the grader wrote (none: everything): (the
+    node ids to run, None for all; its chain's share of a pooled suite, autograder/test_pool.py)."""
     if not path:
-        return None, {}
+        return None, None
     with open(path) as handle:
         data = json.load(handle)
     nodeids = data.get("nodeids")
-    shards = {str(file): ([int(k) for k in parts], int(count)) for file, (parts, count) in data.get("shards", {}).items()}
-    return (None if nodeids is None else [str(n) for n in nodeids]), shards
-
+    pool = Pool.from_json(data["pool"]) if data.get("pool") else None
+    return (None if nodeids is None else [str(n) for n in nodeids]), pool

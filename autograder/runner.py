@@ -31,6 +31,7 @@ from typing import Callable
 from autograder.gpu_quiet import WAIT_LIMIT_S as GPU_WAIT_LIMIT_S
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
+from autograder.test_pool import Pool, claim
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
 from tests.harness.gpu_marker import not_graded_message
 
@@ -66,7 +67,7 @@ class SuiteSpec:
     restart_limit: int = 25
     keyword: str | None = None
     select: list[str] | None = None
-    shards: dict[Path, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # schedule.Chain.shards
+    pool: Pool | None = None  # this chain's share of its suite's tests (autograder/test_pool.py); None: all
     executor_uids: bool = False  # each test process's executor runs as its own leased uid (needs root)
     executor_limits: dict[str, int | None] = field(default_factory=dict)
     threads: int = 1
@@ -107,7 +108,16 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
     streak: dict[str, int] = defaultdict(int)
     index = 0
 
-    def settle(nodeid: str, outcome: Verdict, crash: bool) -> None:
+    def drop(nodeid: str) -> None:  # another chain of the suite has this test
+        if pending is not None and nodeid in pending:
+            pending.remove(nodeid)
+
+    def settle(nodeid: str, outcome: Verdict, crash: bool, ran: bool = False) -> None:
+        """Record ``nodeid``'s verdict. One the watchdog gives without the test process (``ran``
+        False: a crash streak, the time limit) counts only if no other chain of the suite has the test."""
+        if spec.pool is not None and not ran and not claim(spec.pool.folder, nodeid):
+            drop(nodeid)
+            return
         outcome.gpu = gpu.get(nodeid, 0) > 0
         result.outcomes[nodeid] = outcome
         if pending is not None and nodeid in pending:
@@ -186,7 +196,8 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                     elif kind == "start":
                         if current is not None and pending is not None and current in pending:
                             settle(current, Verdict(current, "failed", "the test process reported no verdict for this "
-                                                    "test (the grader's reporting was interfered with)"), crash=True)
+                                                    "test (the grader's reporting was interfered with)"), crash=True,
+                                   ran=True)
                         current = record["nodeid"]
                         budget = Budget(spec.test_timeout_s, WALL_FACTOR * spec.test_timeout_s,
                                         lambda: child.process.pid)
@@ -198,7 +209,10 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         current = None
                         budget = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
-                        settle(nodeid, _outcome(record, gpu.get(nodeid, 0), result.gpus), crash=False)
+                        settle(nodeid, _outcome(record, gpu.get(nodeid, 0), result.gpus), crash=False, ran=True)
+                    elif kind == "elsewhere":  # another chain of the suite claimed it first (test_pool.py)
+                        drop(record["nodeid"])
+                        progress = True
         except ForgedRecord as error:
             child.kill()
             problem_text = f"the test process sent a forged result record ({error})"
@@ -214,7 +228,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         if current is not None and current in pending:
             tail = child.output_tail()
             message = problem_text + ("; its last output:\n" + tail if tail else "")
-            settle(current, Verdict(current, "failed", message.strip()), crash=True)
+            settle(current, Verdict(current, "failed", message.strip()), crash=True, ran=True)
             progress = True
         elif problem_text is not None and not progress:
             fail_all(f"not run: {problem_text}")

@@ -13,7 +13,7 @@ Run from the repo root (the same stack as a grade; add ``--column gpu`` on a GPU
     .venv/bin/python -m autograder.tools.time_test_files --submission reference --column cpu
 
 It prints one TOML line per file, ready to paste into autograder/test_durations.toml (keep the
-other column and the ``alone_on_gpu`` flags as they are), and the total.
+other column as it is), and the total.
 
 Timing every file alone takes as long as the sum of the files. A quicker estimate reads the
 "test time per file" line that every grade prints, adding each chain's start to each file:
@@ -21,7 +21,7 @@ Timing every file alone takes as long as the sum of the files. A quicker estimat
     python3 -m autograder grade reference --require-gpu --expect-full > grade.log
     python3 -m autograder.tools.time_test_files --column gpu --from-grade-log grade.log --write
 
-``--write`` puts the numbers into the column in place (other columns and flags kept).
+``--write`` puts the numbers into the column in place (the other column kept).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def from_grade_log(log: str, start_s: float) -> list[tuple[str, float]]:
 
 def write_column(text: str, column: str, measured: list[tuple[str, float]]) -> str:
     """``text`` (test_durations.toml) with ``column`` of each measured file set; a file without a
-    line gets one. Other columns, flags and comments are kept."""
+    line gets one. The other column, other keys and comments are kept."""
     for path, seconds in measured:
         value = f"{column} = {seconds:.0f}" if seconds >= 10 else f"{column} = {seconds:.1f}"
         line = re.compile(rf'^"{re.escape(path)}" = {{(.*)}}$', re.M)
