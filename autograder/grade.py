@@ -222,7 +222,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
                 shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None,
-                pool=Pool(private / f"claims-{chain.suite}", chain.start,
+                pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
                           {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
             )
             for chain in chains

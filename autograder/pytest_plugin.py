@@ -32,7 +32,7 @@ import pytest
 
 from autograder.gpu_quiet import MARKER as ALONE_ON_GPU, GpuQuiet
 from autograder.protocol import KEY_BYTES, Signer
-from autograder.test_pool import Pool, claim, rotated
+from autograder.test_pool import Pool, rotated
 
 _PR_SET_DUMPABLE = 4
 _MAX_TEXT = 8000
@@ -124,16 +124,24 @@ class GraderPlugin:
         if session.testsfailed and not session.config.option.continue_on_collection_errors:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
         items = session.items
-        for position, item in enumerate(items):
-            if not claim(self._pool.folder, item.nodeid):
-                self._signer.send({"type": "elsewhere", "nodeid": item.nodeid})
-                continue
-            following = items[position + 1] if position + 1 < len(items) else None
-            item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+
+        def next_claimed(position: int) -> int | None:
+            for candidate in range(position, len(items)):
+                if self._pool.claim(items[candidate].nodeid):
+                    return candidate
+                self._signer.send({"type": "elsewhere", "nodeid": items[candidate].nodeid})
+            return None
+
+        current = next_claimed(0)
+        while current is not None:
+            following = next_claimed(current + 1)  # claimed ahead: pytest's teardown needs the next test
+            items[current].config.hook.pytest_runtest_protocol(
+                item=items[current], nextitem=items[following] if following is not None else None)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:
                 raise session.Interrupted(session.shouldstop)
+            current = following
         return True
 
     @pytest.hookimpl(hookwrapper=True)

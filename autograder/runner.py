@@ -31,7 +31,7 @@ from typing import Callable
 from autograder.gpu_quiet import WAIT_LIMIT_S as GPU_WAIT_LIMIT_S
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
-from autograder.test_pool import Pool, claim
+from autograder.test_pool import Pool
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
 from tests.harness.gpu_marker import not_graded_message
 
@@ -115,7 +115,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
     def settle(nodeid: str, outcome: Verdict, crash: bool, ran: bool = False) -> None:
         """Record ``nodeid``'s verdict. One the watchdog gives without the test process (``ran``
         False: a crash streak, the time limit) counts only if no other chain of the suite has the test."""
-        if spec.pool is not None and not ran and not claim(spec.pool.folder, nodeid):
+        if spec.pool is not None and not ran and not spec.pool.claim(nodeid):
             drop(nodeid)
             return
         outcome.gpu = gpu.get(nodeid, 0) > 0

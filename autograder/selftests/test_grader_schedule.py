@@ -19,7 +19,7 @@ from autograder import chains as chains_module
 from autograder import grade as grade_module
 from autograder.runner import SuiteRun, SuiteSpec
 from autograder.schedule import DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, plan_chains
-from autograder.test_pool import Pool, claim, rotated
+from autograder.test_pool import Pool, rotated
 from tests.harness.gpus import ListedGPU
 
 KIT = Path(__file__).resolve().parents[2]
@@ -173,10 +173,12 @@ def test_a_chain_starts_at_its_share_of_the_expected_seconds_and_goes_round():
     assert rotated([], weights, 0.5) == []
 
 
-def test_only_the_first_claim_of_a_test_wins(tmp_path):
-    assert claim(tmp_path, "tests/test_a.py::t") is True
-    assert claim(tmp_path, "tests/test_a.py::t") is False
-    assert claim(tmp_path, "tests/test_a.py::u") is True
+def test_only_the_first_chain_to_claim_a_test_has_it_and_keeps_it_across_its_processes(tmp_path):
+    ours, theirs = Pool(tmp_path, "hidden#0"), Pool(tmp_path, "hidden#1")
+    assert ours.claim("tests/test_a.py::t") is True
+    assert theirs.claim("tests/test_a.py::t") is False
+    assert ours.claim("tests/test_a.py::t") is True, "a chain's next test process may run what it claimed"
+    assert theirs.claim("tests/test_a.py::u") is True and ours.claim("tests/test_a.py::u") is False
 
 
 def test_the_test_process_starts_at_its_point_and_runs_only_what_it_claims(tmp_path):
@@ -187,7 +189,7 @@ def test_the_test_process_starts_at_its_point_and_runs_only_what_it_claims(tmp_p
     claims = tmp_path / "claims"
     claims.mkdir()
     selection = tmp_path / "selection.json"
-    pool = Pool(claims, 0.5, {"tests/test_a.py": 1.0, "tests/test_b.py": 1.0})
+    pool = Pool(claims, "visible#1", 0.5, {"tests/test_a.py": 1.0, "tests/test_b.py": 1.0})
     selection.write_text(json.dumps({"nodeids": None, "pool": pool.as_json()}))
     nodeids, loaded = load_selection(str(selection))
     assert nodeids is None and loaded == pool
@@ -201,7 +203,7 @@ def test_the_test_process_starts_at_its_point_and_runs_only_what_it_claims(tmp_p
     plugin.pytest_collection_modifyitems(None, config, items)
     assert [item.nodeid for item in items] == ["tests/test_b.py::t0", "tests/test_b.py::t1", "tests/test_a.py::t0",
                                                "tests/test_a.py::t1"]
-    assert claim(claims, "tests/test_a.py::t0")  # another chain of the suite took this one
+    assert Pool(claims, "visible#0").claim("tests/test_a.py::t0")  # another chain of the suite took this one
     session = SimpleNamespace(items=items, config=config, testsfailed=0, shouldfail=False, shouldstop=False)
     assert plugin.pytest_runtestloop(session) is True
     assert ran == ["tests/test_b.py::t0", "tests/test_b.py::t1", "tests/test_a.py::t1"]
@@ -234,3 +236,56 @@ def test_a_grade_runs_each_test_of_a_suite_once_across_its_chains(monkeypatch, t
     # each got that verdict of its own (the crash streak of 3 is never reached in either chain).
     outputs = {test["name"]: test.get("output", "") for test in report.results["tests"]}
     assert all("status 3" in output for output in outputs.values()), outputs
+
+
+MODULE_A = '''
+import time
+import pytest
+
+
+@pytest.fixture(scope="module")
+def opened():
+    yield "open"  # a module-scoped fixture: pytest must tear this module down before another's tests
+
+
+@pytest.mark.parametrize("k", range(8))
+def test_a(opened, k):
+    assert opened == "open"
+    time.sleep(0.5)
+'''
+
+MODULE_B = '''
+import pytest
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_b(k):
+    pass
+'''
+
+
+def test_a_chain_that_meets_tests_claimed_elsewhere_moves_on_to_the_next_file_cleanly(monkeypatch, tmp_path):
+    from autograder.selftests.toy_kit import build_toy_kit
+
+    kit, submission, manifest = build_toy_kit(tmp_path)
+    hidden = kit / "autograder" / "hidden_tests"
+    (hidden / "test_beta_hidden.py").write_text(MODULE_A)
+    (hidden / "test_beta_more_hidden.py").write_text(MODULE_B)
+    # The second chain starts at test_a[5] (10 s a test there, 1 s in the other file): the first runs
+    # test_a[0-4], finds the rest of its file taken, and goes on to test_b.
+    table = {"autograder/hidden_tests/test_beta_hidden.py": FileTiming(cpu=80.0, gpu=80.0),
+             "autograder/hidden_tests/test_beta_more_hidden.py": FileTiming(cpu=4.0, gpu=4.0)}
+    monkeypatch.setattr(grade_module, "load_durations", lambda: table)
+    monkeypatch.setattr(grade_module, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(chains_module, "usable_cpus", lambda: 2)
+    chain_runs = []
+    merge = chains_module.merge
+    monkeypatch.setattr(grade_module, "merge", lambda runs: (chain_runs.extend(runs), merge(runs))[1])
+    report = grade_module.grade(grade_module.GradeOptions(
+        submission=submission, out=tmp_path / "out", kit=kit, manifest=manifest, jobs=2, problems=["beta"], quiet=True))
+    statuses = {test["name"].rsplit("::", 1)[1]: (test["status"], test.get("output", "")[:200])
+                for test in report.results["tests"]}
+    assert len(statuses) == 12 and all(status == "passed" for status, _ in statuses.values()), statuses
+    ran = [nodeid for run in chain_runs for nodeid in run.outcomes]
+    assert len(ran) == len(set(ran)) == 12, f"each test runs in exactly one chain: {ran}"
+    assert all(run.restarts == 0 for run in chain_runs), [run.restarts for run in chain_runs]
