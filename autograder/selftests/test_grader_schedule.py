@@ -255,12 +255,13 @@ def test_a(opened, k):
 '''
 
 MODULE_B = '''
+import time
 import pytest
 
 
-@pytest.mark.parametrize("k", range(4))
+@pytest.mark.parametrize("k", range(8))
 def test_b(k):
-    pass
+    time.sleep(1.0)
 '''
 
 
@@ -271,10 +272,11 @@ def test_a_chain_that_meets_tests_claimed_elsewhere_moves_on_to_the_next_file_cl
     hidden = kit / "autograder" / "hidden_tests"
     (hidden / "test_beta_hidden.py").write_text(MODULE_A)
     (hidden / "test_beta_more_hidden.py").write_text(MODULE_B)
-    # The second chain starts at test_a[5] (10 s a test there, 1 s in the other file): the first runs
-    # test_a[0-4], finds the rest of its file taken, and goes on to test_b.
+    # The second chain starts at test_a[5] (10 s a test there by the table, 0.5 s in the other file):
+    # the first runs test_a[0-4], finds the rest of its file taken, and goes on to a test_b that the
+    # second has not reached.
     table = {"autograder/hidden_tests/test_beta_hidden.py": FileTiming(cpu=80.0, gpu=80.0),
-             "autograder/hidden_tests/test_beta_more_hidden.py": FileTiming(cpu=4.0, gpu=4.0)}
+             "autograder/hidden_tests/test_beta_more_hidden.py": FileTiming(cpu=4.0, gpu=4.0)}  # 84 s: 42 after a[4]
     monkeypatch.setattr(grade_module, "load_durations", lambda: table)
     monkeypatch.setattr(grade_module, "usable_cpus", lambda: 2)
     monkeypatch.setattr(chains_module, "usable_cpus", lambda: 2)
@@ -285,7 +287,9 @@ def test_a_chain_that_meets_tests_claimed_elsewhere_moves_on_to_the_next_file_cl
         submission=submission, out=tmp_path / "out", kit=kit, manifest=manifest, jobs=2, problems=["beta"], quiet=True))
     statuses = {test["name"].rsplit("::", 1)[1]: (test["status"], test.get("output", "")[:200])
                 for test in report.results["tests"]}
-    assert len(statuses) == 12 and all(status == "passed" for status, _ in statuses.values()), statuses
+    assert len(statuses) == 16 and all(status == "passed" for status, _ in statuses.values()), statuses
     ran = [nodeid for run in chain_runs for nodeid in run.outcomes]
-    assert len(ran) == len(set(ran)) == 12, f"each test runs in exactly one chain: {ran}"
+    assert len(ran) == len(set(ran)) == 16, f"each test runs in exactly one chain: {ran}"
+    firsts = sorted(next(iter(run.outcomes)).rsplit("::", 1)[1] for run in chain_runs)
+    assert firsts == ["test_a[0]", "test_a[5]"], f"the chains start at their shares of the table's seconds: {firsts}"
     assert all(run.restarts == 0 for run in chain_runs), [run.restarts for run in chain_runs]
