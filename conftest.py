@@ -62,8 +62,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "triton: runs Triton kernels; skipped where Triton is not installed")
     config.addinivalue_line("markers", "timing: the verdict reads timings, so the submission's autotuners "
                             "benchmark every config (other tests keep the first config that launches)")
-    config.addinivalue_line("markers", "alone_on_gpu: the verdict compares or bounds GPU timings, so in a GPU "
-                            "grade no other test runs while it does (autograder/gpu_quiet.py)")
+    config.addinivalue_line("markers", "alone_on_gpu: the verdict compares or bounds GPU timings, so when a grade "
+                            "runs tests side by side on a GPU, no other test runs while this one does")
     # Triton's interpreter turns one-element arrays into scalars, which NumPy >= 1.25 warns about
     # hundreds of times a run: silence that warning only, and only from the interpreter.
     config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
