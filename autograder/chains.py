@@ -159,7 +159,7 @@ def merge(runs: list[SuiteRun]) -> list[SuiteRun]:
         target.restarts += run.restarts
         target.wall_s = max(target.wall_s, run.wall_s)
         if run.startup_failure:
-            target.files += run.files
+            target.files += [file for file in run.files if file not in target.files]  # a suite's chains share files
             target.startup_failure = run.startup_failure
     for run in merged.values():
         run.outcomes = dict(sorted(run.outcomes.items(), key=lambda item: item[0].split("::", 1)[0]))

@@ -82,10 +82,6 @@ class GpuQuiet:
             if held_gate and alone:
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
 
-    def close(self) -> None:
-        os.close(self._gate)
-        os.close(self._main)
-
 
 def from_environment() -> GpuQuiet | None:
     """The grade's lock if this harness process was given one (``$CS336_GPU_QUIET_LOCK``), else None."""

@@ -193,7 +193,7 @@ def grade(options: GradeOptions) -> GradeReport:
         try:
             durations = load_durations()
         except DurationsError as error:  # a broken timing table must not stop a grade
-            printer.say(f"grade: packing test files by size: {error}")
+            printer.say(f"grade: estimating test files by size: {error}")
             durations = {}
         on_gpu = gpus.driver_present()
         chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
@@ -227,8 +227,8 @@ def grade(options: GradeOptions) -> GradeReport:
             )
             for chain in chains
         ]
-        for chain in chains:
-            (private / f"claims-{chain.suite}").mkdir(mode=0o700, exist_ok=True)
+        for suite in {chain.suite for chain in chains}:
+            (private / f"claims-{suite}").mkdir(mode=0o700)
         zygote = zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
         for spec in specs:
             spec.zygote = zygote

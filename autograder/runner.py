@@ -108,7 +108,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
     streak: dict[str, int] = defaultdict(int)
     index = 0
 
-    def drop(nodeid: str) -> None:  # another chain of the suite has this test
+    def drop(nodeid: str) -> None:  # settled here, or another chain of the suite has it
         if pending is not None and nodeid in pending:
             pending.remove(nodeid)
 
@@ -120,8 +120,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
             return
         outcome.gpu = gpu.get(nodeid, 0) > 0
         result.outcomes[nodeid] = outcome
-        if pending is not None and nodeid in pending:
-            pending.remove(nodeid)
+        drop(nodeid)
         spec.on_result(f"{spec.name}#{spec.shard}", outcome)
         group = _streak_group(nodeid, spec.problem_of(nodeid))
         streak[group] = streak[group] + 1 if crash else 0

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
+from itertools import accumulate
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,15 +68,9 @@ def rotated(nodeids: list[str], weights: dict[str, float], start: float) -> list
     if not nodeids:
         return []
     files = [nodeid.split("::", 1)[0] for nodeid in nodeids]
-    tests_of = {file: files.count(file) for file in set(files)}
+    tests_of = Counter(files)
     each = [weights.get(file, 1.0) / tests_of[file] for file in files]
     target = (start % 1.0) * sum(each)
-    done, first = 0.0, 0
-    for position, seconds in enumerate(each):
-        if done >= target - 1e-9:
-            first = position
-            break
-        done += seconds
-    else:
-        first = 0
+    before = accumulate(each, initial=0.0)  # the expected seconds of the tests before each one
+    first = next((position for position, done in enumerate(before) if done >= target - 1e-9), 0) % len(nodeids)
     return list(range(first, len(nodeids))) + list(range(first))
