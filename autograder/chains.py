@@ -20,7 +20,7 @@ from pathlib import Path
 
 from autograder.cpus import usable_cpus
 from autograder.harness_process import base_env
-from autograder.runner import SuiteRun, SuiteSpec, run_suite
+from autograder.runner import SuiteRun, SuiteSpec, Verdict, run_suite
 from autograder.zygote import Zygote
 from tests.harness import gpus
 
@@ -148,8 +148,12 @@ def run_chains(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
     return [run for run in results if run is not None]
 
 
+UNRUN = "no test process of this grade ran this test or gave it a verdict (its claim was taken elsewhere)"
+
+
 def merge(runs: list[SuiteRun]) -> list[SuiteRun]:
-    """One SuiteRun per suite (its chains merged, in file order)."""
+    """One SuiteRun per suite (its chains merged, in file order). A test some chain collected but
+    no chain gave a verdict fails with ``UNRUN``."""
     merged: dict[str, SuiteRun] = {}
     for run in runs:
         target = merged.setdefault(run.name, SuiteRun(run.name))
@@ -161,6 +165,9 @@ def merge(runs: list[SuiteRun]) -> list[SuiteRun]:
         if run.startup_failure:
             target.files += [file for file in run.files if file not in target.files]  # a suite's chains share files
             target.startup_failure = run.startup_failure
+        target.collected += run.collected
     for run in merged.values():
+        for nodeid in run.collected:  # claimed, yet no chain gave a verdict: never silently dropped
+            run.outcomes.setdefault(nodeid, Verdict(nodeid, "failed", UNRUN))
         run.outcomes = dict(sorted(run.outcomes.items(), key=lambda item: item[0].split("::", 1)[0]))
     return list(merged.values())

@@ -94,6 +94,7 @@ class SuiteRun:
     startup_failure: str | None = None
     files: list[str] = field(default_factory=list)
     shard: int = 0  # the chain's index in its suite (SuiteSpec.shard)
+    collected: list[str] = field(default_factory=list)  # the node ids its test process collected
 
 
 # -- the watchdog loop -----------------------------------------------------------------
@@ -184,6 +185,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         result.gpus = int(record.get("gpus", 0))
                         if pending is None:
                             pending = [item["nodeid"] for item in record["items"]]
+                            result.collected = list(pending)
                             gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})
                         collected = True
                         budget = None

@@ -293,3 +293,14 @@ def test_a_chain_that_meets_tests_claimed_elsewhere_moves_on_to_the_next_file_cl
     firsts = sorted(next(iter(run.outcomes)).rsplit("::", 1)[1] for run in chain_runs)
     assert firsts == ["test_a[0]", "test_a[5]"], f"the chains start at their shares of the table's seconds: {firsts}"
     assert all(run.restarts == 0 for run in chain_runs), [run.restarts for run in chain_runs]
+
+
+def test_a_test_no_chain_gave_a_verdict_fails_when_the_chains_merge():
+    from autograder.runner import Verdict
+
+    suite = ["tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_a.py::t3"]
+    first = SuiteRun("visible", {suite[0]: Verdict(suite[0], "passed")}, shard=0, collected=list(suite))
+    second = SuiteRun("visible", {suite[1]: Verdict(suite[1], "passed")}, shard=1, collected=list(suite))
+    (merged,) = chains_module.merge([first, second])
+    assert [merged.outcomes[nodeid].status for nodeid in suite] == ["passed", "passed", "failed"]
+    assert merged.outcomes[suite[2]].message == chains_module.UNRUN
