@@ -105,8 +105,17 @@ def ungraded_points(results: dict) -> dict[str, float]:
             if float(entry.get("gpu_later") or 0.0) > 0}
 
 
-def _ungraded_lines(graded: list[tuple], manifest) -> list[str]:
-    """What the batch did not grade: the problems and points left out of the totals, or nothing."""
+def _regrade_hint(gpus_per_job: int) -> str:
+    """How to grade what this batch could not: on a GPU at all, or with more GPUs a grade."""
+    if gpus_per_job:
+        return (f"rerun with --gpus-per-job 2 on a machine (or Slurm partition) with two GPUs a node; these tests "
+                f"need more than the {gpus_per_job} GPU(s) a grade this batch gave")
+    return "grade on a GPU machine (python -m autograder batch EXPORT --out DIR on it)"
+
+
+def _ungraded_lines(graded: list[tuple], manifest, gpus_per_job: int) -> list[str]:
+    """What the batch did not grade: the problems and points left out of the totals, and how to grade
+    them, or nothing. ``gpus_per_job`` is how many GPUs each grade had (0 on a CPU runner)."""
     per_problem: dict[str, float] = {}
     count = 0
     for _, results, status in graded:
@@ -124,7 +133,7 @@ def _ungraded_lines(graded: list[tuple], manifest) -> list[str]:
                              if item[0] in sections else 0))
     return [f"- NOT GRADED: {total:.2f} of {manifest.total_points:g} points of {count} submission(s) need a GPU "
             f"(or more GPUs) and were not graded on this runner; Total Score leaves them out: {parts}. "
-            "Grade on a GPU machine for the final scores (python -m autograder batch EXPORT --out DIR on it)"]
+            f"For the final scores, {_regrade_hint(gpus_per_job)}"]
 
 
 def _status(folder: Path, failure: str | None) -> tuple[str, dict | None]:
@@ -155,12 +164,13 @@ def grade_batch(options: BatchOptions) -> int:
     cluster = options.cluster
     version = kit_version(options.kit)
     flags = _grade_flags(options, cluster.gpus)
+    gpus_per_job = cluster.gpus_per_job if cluster.gpus else 0  # 0: a CPU runner
     limit = (options.timeout or manifest.settings.total_timeout_s) + SLACK_S
     tasks = []
     for submission in submissions:
         folder = out / "submissions" / submission.id
         key = {"kit_version": version, "submission_hash": submission_hash(submission.path), "grade_flags": flags,
-               "gpus_per_job": cluster.gpus_per_job if cluster.gpus else 0}  # two GPUs grade tests one cannot
+               "gpus_per_job": gpus_per_job}  # two GPUs grade tests one cannot
         argv = (sys.executable, "-m", "autograder", "grade", str(submission.path), "--out", str(folder), *flags)
         tasks.append(Task(Job(submission.id, submission.label, argv, str(options.kit), str(folder / "grade.log"),
                               limit), key))
@@ -176,7 +186,7 @@ def grade_batch(options: BatchOptions) -> int:
     for submission in submissions:
         status, results = _status(out / "submissions" / submission.id, ran.run.failures.get(submission.id))
         graded.append((submission, results, status))
-    ungraded = _ungraded_lines(graded, manifest)
+    ungraded = _ungraded_lines(graded, manifest, gpus_per_job)
     partial = bool(ungraded) and not options.partial
     csv_path, markdown, png = class_report(out, manifest, graded, options.problems, write_scores=not partial)
     no_test = [(submission, status) for submission, _, status in graded if status.startswith("no test ran")]
@@ -185,7 +195,7 @@ def grade_batch(options: BatchOptions) -> int:
               for submission, status in no_test]  # 0 points each, with the reason the student sees
     notes += ungraded
     if partial:
-        notes.append("- scores.csv NOT written: these totals are not final. Grade on a GPU machine, or rerun "
+        notes.append(f"- scores.csv NOT written: these totals are not final: {_regrade_hint(gpus_per_job)}, or rerun "
                      "with --partial to write a CSV of the points graded here (nothing is regraded)")
     body = [f"- CSV: {csv_path}" + (" (partial: see Ungraded Points)" if ungraded else "") if csv_path
             else "- CSV: none (see above)",

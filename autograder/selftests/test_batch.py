@@ -20,6 +20,8 @@ import pytest
 
 from autograder.batch.executors import Job, Outcome, run_with_retry
 from autograder.batch.export import read_export
+from autograder.batch.grading import _ungraded_lines
+from autograder.manifest import load_manifest
 from autograder.selftests.fake_export import SUBMISSIONS, build_export
 from autograder.selftests.gradescope_schema import hidden_shown_early, problems_with
 
@@ -81,6 +83,16 @@ def test_a_cpu_batch_names_the_ungraded_gpu_points_and_writes_no_final_csv(batch
     for row in _rows(out):
         results = json.loads((out / "submissions" / row["Submission"] / "results.json").read_text())
         assert abs(float(row["Ungraded Points"]) - results["extra_data"]["gpu_later_points"]) < 1e-3, row
+
+
+def test_the_ungraded_line_says_how_to_grade_what_this_runner_could_not():
+    results = {"extra_data": {"problems": {"fsdp": {"gpu_later": 1.71}}}}
+    graded = [(None, results, "graded, but not 1.71 GPU points")]
+    on_cpu = _ungraded_lines(graded, load_manifest(), 0)
+    on_one_gpu = _ungraded_lines(graded, load_manifest(), 1)
+    assert "fsdp 1.71" in on_cpu[0] and "fsdp 1.71" in on_one_gpu[0]
+    assert "grade on a GPU machine" in on_cpu[0] and "--gpus-per-job" not in on_cpu[0], on_cpu
+    assert "--gpus-per-job 2" in on_one_gpu[0] and "GPU machine" not in on_one_gpu[0], on_one_gpu
 
 
 def test_submissions_where_no_test_ran_are_listed_apart_with_the_reason(batch):
