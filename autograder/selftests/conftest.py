@@ -1,8 +1,19 @@
-"""Shared fixtures of the kit's selftests: full grades that several test files read.
+"""Shared fixtures of the kit's selftests: full grades that several test files read; and how a
+plain ``pytest`` in the kit spreads them over two processes.
 
 Grading takes time, so each full grade runs once per session, here, and every test that needs
 it reads the same report: ``reference_grade`` (the bundled solution) and ``stub_grade`` (the
 stub package students start from, as the student release holds it).
+
+Plain ``.venv/bin/pytest`` (the README's second command, no paths given) runs two test files at
+a time with pytest-xdist (``-n 2 --dist loadfile``): one at a time, the selftests often leave a
+core of a 2-core machine idle (waiting on Slurm, on hangs, on timeouts), and two at a time took
+1,135 s where one at a time took 1,293 s (2026-12-02, 2 cores, the same tree). Each file runs whole in one
+process, so its module fixtures grade once; a session fixture runs once in each process that
+needs it (so the reference and the stubs may be graded twice). Naming paths, or ``-n``, or
+``-p no:xdist``, runs as asked; without pytest-xdist installed everything runs in one process.
+(``--dist loadgroup`` would keep the files that share a grade together, but xdist 3.8 cannot
+group tests under pytest 9, whose test ids no longer read the attribute xdist rewrites.)
 """
 
 from __future__ import annotations
@@ -18,6 +29,18 @@ from autograder.grade import GradeOptions, grade
 from autograder.release import build_release
 
 KIT = Path(__file__).resolve().parents[2]
+WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Plain ``pytest`` in the kit: ``-n 2 --dist loadfile`` when pytest-xdist is there and nothing
+    else was asked (runs before xdist's own hook, which reads these options)."""
+    if (config.args_source is pytest.Config.ArgsSource.TESTPATHS and config.pluginmanager.hasplugin("xdist")
+            and config.option.numprocesses is None and config.option.dist == "no"
+            and not hasattr(config, "workerinput")):
+        config.option.numprocesses = WORKERS
+        config.option.dist = "loadfile"
 
 
 @pytest.fixture(scope="session")
