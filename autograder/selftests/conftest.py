@@ -9,17 +9,22 @@ Plain ``.venv/bin/pytest`` (the README's second command, no paths given) runs tw
 a time with pytest-xdist (``-n 2 --dist loadfile``): one at a time, the selftests often leave a
 core of a 2-core machine idle (waiting on Slurm, on hangs, on timeouts), and two at a time took
 1,135 s where one at a time took 1,293 s (2026-12-02, 2 cores, the same tree). Each file runs whole in one
-process, so its module fixtures grade once; a session fixture runs once in each process that
-needs it (so the reference and the stubs may be graded twice). Naming paths, or ``-n``, or
+process, so its module fixtures grade once; the reference and the stubs are graded once, by the
+first process that needs them (``_once_per_run``). Naming paths, or ``-n``, or
 ``-p no:xdist``, runs as asked; without pytest-xdist installed everything runs in one process.
-(``--dist loadgroup`` would keep the files that share a grade together, but xdist 3.8 cannot
-group tests under pytest 9, whose test ids no longer read the attribute xdist rewrites.)
+(``--dist loadgroup`` could keep the files that share a grade in one process instead, but xdist
+3.8 cannot group tests under pytest 9, whose test ids no longer read the attribute xdist rewrites.)
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,6 +48,23 @@ def pytest_cmdline_main(config):
         config.option.dist = "loadfile"
 
 
+def _once_per_run(tmp_path_factory, name: str, make):
+    """``make()``, once per run even when xdist's workers each ask: the first to ask runs it under
+    a lock in the run's shared temporary folder and leaves its value there as a pickle, and the
+    others wait on the lock and read that. Outside xdist, ``make()``."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make()
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder; each worker's is inside it
+    with open(shared / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        done = shared / f"{name}.pickle"
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        value = make()
+        done.write_bytes(pickle.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
 def grades_dir():
     root = Path(tempfile.mkdtemp(prefix="kit-grades-"))
@@ -52,11 +74,13 @@ def grades_dir():
 
 
 @pytest.fixture(scope="session")
-def reference_grade(grades_dir):
+def reference_grade(grades_dir, tmp_path_factory):
     """(GradeReport, results.json as written) for ``python -m autograder grade reference``."""
-    out = grades_dir / "reference"
-    report = grade(GradeOptions(submission=KIT / "reference", out=out, quiet=True))
-    return report, json.loads((out / "results.json").read_text())
+    def make():
+        out = grades_dir / "reference"
+        report = grade(GradeOptions(submission=KIT / "reference", out=out, quiet=True))
+        return report, json.loads((out / "results.json").read_text())
+    return _once_per_run(tmp_path_factory, "reference_grade", make)
 
 
 @pytest.fixture(scope="session")
@@ -66,14 +90,14 @@ def student_release(grades_dir):
 
 
 @pytest.fixture(scope="session")
-def stub_grade(grades_dir, student_release):
+def stub_grade(grades_dir, student_release, tmp_path_factory):
     """(GradeReport, results.json) for the release's stub package, graded as a submission zip
-    made by its own make_submission.sh."""
-    import subprocess
-    import sys
-
+    made by its own make_submission.sh (made in every process: tests read this process's zip)."""
     subprocess.run(["bash", "make_submission.sh", "--no-tests"], cwd=student_release, check=True,
                    capture_output=True, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
-    out = grades_dir / "stubs"
-    report = grade(GradeOptions(submission=student_release / "submission.zip", out=out, quiet=True))
-    return report, json.loads((out / "results.json").read_text())
+
+    def make():
+        out = grades_dir / "stubs"
+        report = grade(GradeOptions(submission=student_release / "submission.zip", out=out, quiet=True))
+        return report, json.loads((out / "results.json").read_text())
+    return _once_per_run(tmp_path_factory, "stub_grade", make)
