@@ -7,9 +7,10 @@ corrupt zip, a submission without adapters) plus a submission that autotunes its
 (fixtures/fairness/autotuned_triton), runs ``python -m autograder batch`` on it with each
 ``--gpus`` (same ``--problems``, ``""`` for all; with ``--partial``, so that a one-GPU run of
 every problem still writes the CSV of what it graded, leaving out part 2's two-GPU points),
-prints each run's wall time and submissions per hour per GPU and writes them as a Markdown table to OUTDIR/throughput.md, then grades the reference's
-submission alone and checks that every CSV total of each batch run equals its submission's
-results.json score and that the reference's equals the single grade's. Exit 1 on any mismatch.
+prints each run's wall time and submissions per hour per GPU and writes them as a Markdown
+table to OUTDIR/throughput.md, then grades the reference's submission alone and checks that
+every CSV total of each batch run equals its submission's results.json score and that the
+reference's equals the single grade's. Exit 1 on any mismatch.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ stub package students start from, as the student release holds it).
 Plain ``.venv/bin/pytest`` (the README's second command, no paths given) runs two test files at
 a time with pytest-xdist (``-n 2 --dist loadfile``): one at a time, the selftests often leave a
 core of a 2-core machine idle (waiting on Slurm, on hangs, on timeouts), and two at a time took
-1,135 s where one at a time took 1,293 s (2026-12-02, 2 cores, the same tree). Each file runs whole in one
-process, so its module fixtures grade once; the reference and the stubs are graded once, by the
-first process that needs them (``_once_per_run``). Naming paths, or ``-n``, or
+1,135 s where one at a time took 1,293 s (2026-12-02, 2 cores, the same tree). Each file runs
+whole in one process, so its module fixtures grade once; the reference and the stubs are graded
+once, by the first process that needs them (``_once_per_run``). Naming paths, or ``-n``, or
 ``-p no:xdist``, runs as asked; without pytest-xdist installed everything runs in one process.
 (``--dist loadgroup`` could keep the files that share a grade in one process instead, but xdist
 3.8 cannot group tests under pytest 9, whose test ids no longer read the attribute xdist rewrites.)
@@ -65,6 +65,12 @@ def _once_per_run(tmp_path_factory, name: str, make):
         return value
 
 
+def _grade_and_read(submission: Path, out: Path):
+    """(GradeReport, results.json as written) for a grade of ``submission`` into ``out``."""
+    report = grade(GradeOptions(submission=submission, out=out, quiet=True))
+    return report, json.loads((out / "results.json").read_text())
+
+
 @pytest.fixture(scope="session")
 def grades_dir():
     root = Path(tempfile.mkdtemp(prefix="kit-grades-"))
@@ -76,11 +82,8 @@ def grades_dir():
 @pytest.fixture(scope="session")
 def reference_grade(grades_dir, tmp_path_factory):
     """(GradeReport, results.json as written) for ``python -m autograder grade reference``."""
-    def make():
-        out = grades_dir / "reference"
-        report = grade(GradeOptions(submission=KIT / "reference", out=out, quiet=True))
-        return report, json.loads((out / "results.json").read_text())
-    return _once_per_run(tmp_path_factory, "reference_grade", make)
+    return _once_per_run(tmp_path_factory, "reference_grade",
+                         lambda: _grade_and_read(KIT / "reference", grades_dir / "reference"))
 
 
 @pytest.fixture(scope="session")
@@ -95,9 +98,5 @@ def stub_grade(grades_dir, student_release, tmp_path_factory):
     made by its own make_submission.sh (made in every process: tests read this process's zip)."""
     subprocess.run(["bash", "make_submission.sh", "--no-tests"], cwd=student_release, check=True,
                    capture_output=True, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
-
-    def make():
-        out = grades_dir / "stubs"
-        report = grade(GradeOptions(submission=student_release / "submission.zip", out=out, quiet=True))
-        return report, json.loads((out / "results.json").read_text())
-    return _once_per_run(tmp_path_factory, "stub_grade", make)
+    return _once_per_run(tmp_path_factory, "stub_grade",
+                         lambda: _grade_and_read(student_release / "submission.zip", grades_dir / "stubs"))
