@@ -11,6 +11,11 @@ With ``--isolate`` (the grader always passes it) the submission runs in a separa
 the executor (tests/executor/), and ``adapters`` is a stand-in that calls into it: the tests,
 their assertions and their verdicts stay in this process, where submitted code cannot reach.
 Without it the submission is imported here, which is simpler to debug.
+
+Under ``--isolate`` on a GPU, the submission's ``@triton.autotune`` keeps the first config that
+launches in a correctness test and tunes for real only in a test marked ``timing``
+(tests/executor/autotune.py). ``CS336_AUTOTUNE=full`` makes every test tune for real: slower,
+but it checks the config your autotuner would pick for every shape, not only the first.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from tests.harness.submission import load_adapters, resolve_submission_dir  # no
 from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
+AUTOTUNE_ENV = "CS336_AUTOTUNE"  # "full": every test's autotuners benchmark every config (see above)
 # A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example;
 # every test's random examples derive from the course's secret and its node id (tests/harness/example_seeds.py).
 pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds")
@@ -147,7 +153,8 @@ def _executor_budget(pytestconfig, request):
     """Under --isolate: each test gets its own time budget and a fresh start after a crash."""
     executor = pytestconfig.executor
     if executor is not None:
-        executor.begin_test(timing=request.node.get_closest_marker("timing") is not None)
+        timing = request.node.get_closest_marker("timing") is not None
+        executor.begin_test(timing=timing or os.environ.get(AUTOTUNE_ENV) == "full")
     yield
     if executor is not None:
         executor.end_test()
