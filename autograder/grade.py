@@ -199,11 +199,12 @@ def grade(options: GradeOptions) -> GradeReport:
         chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
         at_once = min(jobs, max(1, len(chains)))
         test_timeout = options.test_timeout_s or settings.test_timeout_s
-        deadline = started + (options.total_timeout_s or settings.total_timeout_s)
+        time_limit = options.total_timeout_s or manifest.time_limit_s([p.name for p in problems], on_gpu)
+        deadline = started + time_limit
         printer.say(f"grade: {options.submission} ({intake.summary().splitlines()[0]})")
         alone_note = ", each test marked alone_on_gpu alone on the GPU" if on_gpu else ""
         printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
-                    f"per-test limit {test_timeout:.0f} s; "
+                    f"per-test limit {test_timeout:.0f} s, {time_limit:.0f} s in all; "
                     + (f"the submission runs as {user}" if user else "the submission runs as this user (--same-user)"))
 
         def problem_of(nodeid: str) -> str:

@@ -29,6 +29,7 @@ class Problem:
     points: float
     files: tuple[str, ...]
     weights: tuple[tuple[str, float], ...] = ()
+    gpu_time_s: float | None = None  # on a GPU runner, this problem's share of a partial grade's time limit
 
     def weight_of(self, test_key: str) -> float:
         """Weight of the test ``"<file name>::<test name>"``: the first matching pattern, else 1."""
@@ -82,6 +83,19 @@ class Manifest:
     def total_points(self) -> float:
         return sum(problem.points for problem in self.problems)
 
+    def time_limit_s(self, problems: list[str], on_gpu: bool) -> float:
+        """The seconds a grade of ``problems`` (names) may take in all: ``total_timeout_s``,
+        except a grade on a GPU runner of only problems that each have a ``gpu_time_s``, which
+        gets their sum (at most ``total_timeout_s``). So a FlashAttention grade is bounded by
+        what its problems state, whatever the submission does."""
+        total = self.settings.total_timeout_s
+        if not on_gpu or not problems:
+            return total
+        chosen = [self.by_name[name] for name in problems if name in self.by_name]
+        if not chosen or any(problem.gpu_time_s is None for problem in chosen):
+            return total
+        return min(total, sum(problem.gpu_time_s for problem in chosen))
+
     def problem_of_file(self, file_name: str) -> Problem | None:
         """The problem graded by the test file ``file_name`` (a base name), or None."""
         stem = Path(file_name).name
@@ -129,6 +143,7 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
                 points=float(entry["points"]),
                 files=tuple(entry.get("files", ())),
                 weights=weights,
+                gpu_time_s=float(entry["gpu_time_s"]) if "gpu_time_s" in entry else None,
             )
         )
     if not problems:

@@ -113,6 +113,31 @@ def test_a_broken_manifest_is_refused_with_the_key_named(tmp_path):
         load_manifest(bad)
 
 
+FLASH = ["flash_forward_pytorch", "flash_forward_triton", "flash_backward"]
+
+
+def test_a_gpu_grade_of_the_flashattention_problems_is_bounded_by_their_stated_time():
+    """Issue 21: a FlashAttention grade of any submission ends within 240 s on one GPU. Its limit
+    is the sum of the three problems' gpu_time_s, leaving time to kill what runs and write the
+    results; a grade with a problem that states none, or on a CPU, keeps total_timeout_s."""
+    total = MANIFEST.settings.total_timeout_s
+    flash = MANIFEST.time_limit_s(FLASH, on_gpu=True)
+    assert flash == sum(MANIFEST.by_name[name].gpu_time_s for name in FLASH) <= 240 - 10 < total
+    assert MANIFEST.time_limit_s(FLASH[:1], on_gpu=True) == MANIFEST.by_name[FLASH[0]].gpu_time_s
+    assert MANIFEST.time_limit_s(FLASH, on_gpu=False) == total
+    assert MANIFEST.time_limit_s(FLASH + ["torch_compile"], on_gpu=True) == total
+    assert MANIFEST.time_limit_s([p.name for p in MANIFEST.problems], on_gpu=True) == total
+
+
+def test_a_problems_gpu_time_never_raises_the_total_limit(tmp_path):
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text('[grading]\ntotal_timeout_s = 100\n[problems.a]\nsection = "§1"\npoints = 1\n'
+                        'gpu_time_s = 80\n[problems.b]\nsection = "§2"\npoints = 1\ngpu_time_s = 80\n')
+    loaded = load_manifest(manifest)
+    assert loaded.time_limit_s(["a"], on_gpu=True) == 80
+    assert loaded.time_limit_s(["a", "b"], on_gpu=True) == 100
+
+
 def handout_writeup_table() -> tuple[list[tuple[str, str, float]], float | None]:
     """([(problem, name, points)] of handout/README.md's writeup table, its "writeup total" points)."""
     rows, total = [], None
