@@ -91,7 +91,8 @@ def collect_tests(manifest: Manifest, runs: list[SuiteRun], problems: list[Probl
 def _apportion(tests: list[GradedTest], points: float) -> None:
     """Share ``points`` among ``tests`` by weight, in the 1e-4 steps results.json shows, so that the
     shares add up to exactly ``points`` (largest remainders get the leftover steps): a submission
-    that passes every test gets every point, not 9.9995 of 10."""
+    that passes every test gets every point, not 9.9995 of 10. Equal remainders go by node id,
+    never by the order the tests finished in, so two grades give each test the same share."""
     total = sum(test.weight for test in tests)
     if total <= 0:
         for test in tests:
@@ -100,7 +101,7 @@ def _apportion(tests: list[GradedTest], points: float) -> None:
     steps = round(points * 10_000)
     exact = [steps * test.weight / total for test in tests]
     shares = [math.floor(value) for value in exact]
-    by_remainder = sorted(range(len(tests)), key=lambda i: exact[i] - shares[i], reverse=True)
+    by_remainder = sorted(range(len(tests)), key=lambda i: (shares[i] - exact[i], tests[i].suite, tests[i].nodeid))
     for index in by_remainder[: steps - sum(shares)]:
         shares[index] += 1
     for test, share in zip(tests, shares):

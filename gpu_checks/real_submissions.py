@@ -10,7 +10,8 @@ speed-up on (autotuners keep the first config that launches in correctness tests
 drawn to share kernels, the grade's chains across the cores). The submissions named by
 ``--full`` are graded a second time with ``CS336_AUTOTUNE=full``: every test's autotuners
 benchmark every config, as they would with none of the autotuning speed-up, and each test's
-verdict is compared with the first grade's.
+verdict is compared with the first grade's. That second grade gets the whole grade's time limit
+(1500 s), not the FlashAttention grade's 225 s, so that no verdict differs only because time ran out.
 
 Writes OUTDIR/summary.md (one row per grade: seconds, score, tests failed, and for a second
 grade the tests whose verdict differed) and OUTDIR/<name>/results.json and grade.log. Prints the
@@ -34,6 +35,7 @@ sys.path.insert(0, str(KIT))
 from autograder.tools.same_grade import differences, verdicts  # noqa: E402
 
 PROBLEMS = "flash_forward_pytorch,flash_forward_triton,flash_backward"
+FULL_LIMIT_S = 1500  # a full-autotuning grade is the comparison, not the product: the whole grade's limit, not 225 s
 
 
 def grade(submission: Path, out: Path, full_autotune: bool) -> tuple[float, dict]:
@@ -46,7 +48,8 @@ def grade(submission: Path, out: Path, full_autotune: bool) -> tuple[float, dict
     started = time.monotonic()
     with open(out / "grade.log", "w") as log:
         subprocess.run([sys.executable, "-m", "autograder", "grade", str(submission), "--out", str(out),
-                        "--problems", PROBLEMS, "--require-gpu", "--verbose"],
+                        "--problems", PROBLEMS, "--require-gpu", "--verbose",
+                        *(["--timeout", str(FULL_LIMIT_S)] if full_autotune else [])],
                        cwd=KIT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
     seconds = time.monotonic() - started
     results_path = out / "results.json"
