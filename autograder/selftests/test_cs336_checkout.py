@@ -136,6 +136,9 @@ def test_what_cannot_be_converted_is_named(tmp_path, capsys):
 
     assert main([str(checkout), str(tmp_path / "out")]) == 2  # never overwrites
     assert "already exists" in capsys.readouterr().err
+    (checkout / "tests" / "adapters.py").write_text("def get_flashattention_autograd_function_pytorch(:\n")
+    assert main([str(checkout), str(tmp_path / "out2")]) == 2
+    assert "does not parse" in capsys.readouterr().err
     (checkout / "tests" / "adapters.py").unlink()
     assert main([str(checkout), str(tmp_path / "out2")]) == 2
     assert "has no tests/adapters.py" in capsys.readouterr().err

@@ -17,8 +17,9 @@ Every other problem keeps the kit's stub and scores 0. Grade the result with
 
     python -m autograder.tools.cs336_checkout CHECKOUT OUT [--functions NAME,NAME]
 
-CHECKOUT is a folder (a clone or an unpacked zip). Exit 2, naming what is missing, when it has no
-``cs336_systems/`` or ``tests/adapters.py``, or when OUT already exists (nothing is overwritten).
+CHECKOUT is a folder (a clone or an unpacked zip). Exit 2, naming what is wrong, when it has no
+``cs336_systems/`` or ``tests/adapters.py``, when that file does not parse, or when OUT already
+exists (nothing is written then).
 """
 
 from __future__ import annotations
@@ -116,6 +117,12 @@ def convert(checkout: Path, out: Path, names: tuple[str, ...] = FLASH_GETTERS) -
                              f"checkout of CS336's assignment 2 (it holds cs336_systems/ and tests/adapters.py)")
     if out.exists():
         raise SystemExit(f"cs336_checkout: {out} already exists; give a new folder (nothing was written)")
+    cs336_adapters = adapters.read_text()
+    try:
+        ast.parse(cs336_adapters)
+    except SyntaxError as error:
+        raise SystemExit(f"cs336_checkout: {adapters} does not parse: {error.msg} at line {error.lineno}; fix it "
+                         f"there and run this again (nothing was written)") from None
     kit_adapters = (KIT / "adapters.py").read_text()
     unknown = [name for name in names if f"def {name}(" not in kit_adapters]
     if unknown:
@@ -123,9 +130,9 @@ def convert(checkout: Path, out: Path, names: tuple[str, ...] = FLASH_GETTERS) -
     shutil.copytree(KIT / "cs336_systems", out / "cs336_systems", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(package, out / "cs336_systems", dirs_exist_ok=True, symlinks=False,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    source, missing = replace_functions(kit_adapters, adapters.read_text(), names)
+    source, missing = replace_functions(kit_adapters, cs336_adapters, names)
     (out / "adapters.py").write_text(source)
-    return missing, outside_package(checkout, adapters.read_text())
+    return missing, outside_package(checkout, cs336_adapters)
 
 
 def outside_package(checkout: Path, adapters_source: str) -> list[str]:
