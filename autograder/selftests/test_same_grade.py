@@ -213,14 +213,17 @@ def _executor(tmp_path):
     return Executor(ExecutorSettings(submission=tmp_path, workdir=tmp_path / "work", test_timeout_s=10.0))
 
 
-def test_a_triton_failure_gets_the_next_test_a_fresh_executor(tmp_path, monkeypatch):
-    from tests.executor.client import _triton_failure
+def test_a_triton_or_cuda_failure_gets_the_next_test_a_fresh_executor(tmp_path, monkeypatch):
+    from tests.executor.client import breaks_the_process
 
-    assert _triton_failure({"type": "triton.runtime.interpreter.InterpreterError", "traceback": ""})
-    assert _triton_failure({"type": "builtins.TypeError", "traceback":
-                            'File "/x/site-packages/triton/runtime/interpreter.py", line 3, in __call__'})
-    assert not _triton_failure({"type": "builtins.ValueError",
-                                "traceback": 'File "/w/submission/cs336_systems/flash_attention_triton.py", line 9'})
+    assert breaks_the_process({"type": "triton.runtime.interpreter.InterpreterError", "traceback": ""})
+    assert breaks_the_process({"type": "builtins.TypeError", "traceback":
+                               'File "/x/site-packages/triton/runtime/interpreter.py", line 3, in __call__'})
+    assert breaks_the_process({"type": "torch.AcceleratorError", "traceback": "", "message": "an illegal access"})
+    assert breaks_the_process({"type": "builtins.RuntimeError", "traceback": "",
+                               "message": "CUDA error: an illegal memory access was encountered"})
+    assert not breaks_the_process({"type": "builtins.ValueError", "message": "Q must be 3-D",
+                                   "traceback": 'File "/w/submission/cs336_systems/flash_attention_triton.py", line 9'})
     executor = _executor(tmp_path)
     started = []
     monkeypatch.setattr(executor, "start", lambda: started.append(True))
@@ -234,6 +237,38 @@ def test_a_triton_failure_gets_the_next_test_a_fresh_executor(tmp_path, monkeypa
     executor.end_test()
     executor.restart_if_failed()
     assert started == [False, True], "a test without a Triton failure keeps its executor"
+
+
+_STICKY = ("    def forward(ctx, Q, K, V, is_causal=False):\n        check_inputs(Q, K, V)\n",
+           "    def forward(ctx, Q, K, V, is_causal=False):\n"
+           "        global _BROKEN\n"
+           "        if _BROKEN or Q.dim() == 4:  # like a kernel that reads out of bounds on a 4-D input\n"
+           "            _BROKEN = True\n"
+           "            raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+           "        check_inputs(Q, K, V)\n")
+
+
+def test_a_cuda_error_in_one_test_does_not_fail_the_next(tmp_path):
+    """A kernel's illegal memory access breaks the CUDA context for good: every later call in the
+    process fails with the same error. On an H200 (2026-12-03) a real submission's kernel did this
+    on a bad-input test, and the next nine tests of its process failed, each in 0.0 s, whatever
+    they tested. This submission mimics it on a CPU: once its Function has raised that error, it
+    raises it on every call. The next test must get a fresh process and pass."""
+    import shutil
+
+    sticky = tmp_path / "sticky_cuda_error"
+    shutil.copytree(BASE_DIR, sticky, ignore=shutil.ignore_patterns("__pycache__"))
+    path = sticky / "cs336_systems" / "flash_attention_pytorch.py"
+    text = path.read_text()
+    assert text.count(_STICKY[0]) == 1, "the mutant base's forward changed: update _STICKY"
+    path.write_text(text.replace(*_STICKY) + "\n_BROKEN = False\n")
+    poisoning = "tests/test_flash_forward_pytorch.py::test_flash_forward_pytorch_rejects_bad_input[all_rank4]"
+    after = "tests/test_flash_forward_pytorch.py::test_flash_forward_pytorch_cs336_shape[full]"
+    done = _pytest([poisoning, after, "-v", "-p", "no:randomly", "--isolate", "--executor-dir",
+                    str(tmp_path / "executor"), "--submission", str(sticky)], KIT, {"TRITON_INTERPRET": "1"})
+    lines = done.stdout.splitlines()
+    assert any("all_rank4" in line and "FAILED" in line for line in lines), done.stdout[-4000:]
+    assert "1 failed, 1 passed" in lines[-1], done.stdout[-4000:]
 
 
 def test_a_dead_executors_compile_caches_are_not_read_again(tmp_path):

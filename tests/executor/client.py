@@ -66,7 +66,7 @@ class Executor(ExecutorProcess):
     def __init__(self, settings: ExecutorSettings):
         super().__init__(settings)
         self.timing = False  # the current test reads timings: autotuners tune for real (begin_test)
-        self.fresh_after_test = False  # Triton failed in this test: the next test gets a new process
+        self.fresh_after_test = False  # Triton or CUDA failed in this test: the next test gets a new process
         self._stopped_for_freshness = False
         self.launches: list[tuple[str, str]] = []
         self._callbacks: dict[int, Any] = {}
@@ -100,11 +100,15 @@ class Executor(ExecutorProcess):
         self.deadline = None if self.budget is None else self.budget.wall_deadline()
 
     def end_test(self) -> None:
-        """Called after each test (in its teardown). After a test in which Triton raised, the
-        executor is stopped: Triton's interpreter patches ``triton.language`` for the whole process
-        while a kernel runs, and a failure can leave the patches behind (later tests then fail with
-        errors such as "zeros() takes 1 positional argument but 1 was given"), so the next test
-        gets a fresh process (started between tests, never charged to a test)."""
+        """Called after each test (in its teardown). After a test in which Triton or CUDA raised,
+        the executor is stopped and the next test gets a fresh process (started between tests,
+        never charged to a test), because the failure can break every later call in the process:
+        Triton's interpreter patches ``triton.language`` for the whole process while a kernel runs,
+        and a failure can leave the patches behind (later tests then fail with errors such as
+        "zeros() takes 1 positional argument but 1 was given"); and a kernel that reads out of
+        bounds leaves the CUDA context broken ("CUDA error: an illegal memory access was
+        encountered" from every later call; seen on an H200, where one bad-input test of a real
+        submission failed the next nine tests of its process)."""
         self.deadline = None
         self.budget = None
         if self.fresh_after_test:
@@ -211,7 +215,7 @@ class Executor(ExecutorProcess):
             raise self._fail("the process running the submission sent a malformed launch record")
         self.launches += [tuple(x) for x in launches]
         if "error" in reply:
-            if _triton_failure(reply["error"]):
+            if breaks_the_process(reply["error"]):
                 self.fresh_after_test = True
             raise _stand_in(reply["error"], self.settings.limits)
         self._tag = tag
@@ -361,15 +365,18 @@ def _holds_tensor(value: Any) -> bool:
     return False
 
 
-def _triton_failure(error: Any) -> bool:
-    """Whether an error the submission raised went through Triton (its traceback names a file of
-    the triton package, or a Triton error class): the process may be left in a state that
-    breaks later tests (see ``Executor.end_test``)."""
+def breaks_the_process(error: Any) -> bool:
+    """Whether an error the submission raised may leave its process in a state that breaks later
+    tests (see ``Executor.end_test``): it went through Triton (its traceback names a file of the
+    triton package, or a Triton error class), or it is a CUDA error (CUDA's sticky errors, such
+    as an illegal memory access, break the process's CUDA context for good)."""
     if not isinstance(error, dict):
         return False
     trace = str(error.get("traceback", ""))
     kind = str(error.get("type", ""))
-    return kind.startswith("triton.") or "/triton/" in trace or "InterpreterError" in trace
+    message = str(error.get("message", ""))
+    return (kind.startswith("triton.") or "/triton/" in trace or "InterpreterError" in trace
+            or kind == "torch.AcceleratorError" or "CUDA error" in message or "CUDA error" in trace)
 
 
 def _stand_in(error: Any, limits: dict[str, int | None] | None = None) -> BaseException:
