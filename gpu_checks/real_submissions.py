@@ -16,12 +16,15 @@ verdict is compared with the first grade's. That second grade gets the whole gra
 Writes OUTDIR/summary.md (one row per grade: seconds, score, tests failed, and for a second
 grade the tests whose verdict differed) and OUTDIR/<name>/results.json and grade.log. Prints the
 table. Exit 1 when a grade took over ``--limit`` seconds (default 240, the kit's bound) or a
-second grade's verdicts differ.
+second grade's verdicts differ; exit 2, before grading, when a name given is not a submission
+folder or this Python lacks the ``cs336-systems`` metadata that ``setup.sh`` installs (CS336's
+own ``cs336_systems/__init__.py`` reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -65,7 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated submissions to grade (default: every folder)")
     parser.add_argument("--limit", type=float, default=240.0, help="seconds a grade may take")
     args = parser.parse_args(argv)
+    try:
+        importlib.metadata.version("cs336-systems")
+    except importlib.metadata.PackageNotFoundError:
+        print("real_submissions: this Python has no metadata for cs336-systems, which CS336's own "
+              "cs336_systems/__init__.py reads, so every such submission would fail at import; run it with the "
+              "kit's .venv/bin/python after bash setup.sh (its editable install provides the metadata)", file=sys.stderr)
+        return 2
     names = sorted(p.name for p in args.submissions.iterdir() if (p / "adapters.py").is_file())
+    unknown = sorted(set(filter(None, (args.only + "," + args.full).split(","))) - set(names))
+    if unknown:
+        print(f"real_submissions: no submission folder (with adapters.py) named {', '.join(unknown)} in "
+              f"{args.submissions}; there are: {', '.join(names)}", file=sys.stderr)
+        return 2
     if args.only:
         names = [name for name in names if name in args.only.split(",")]
     rows = ["| submission | autotune | seconds | score | failed tests | verdicts unlike the first grade |",
