@@ -34,7 +34,7 @@ from autograder.executor_user import executor_limits, executor_python, protect_s
 from autograder.manifest import Manifest, load_manifest
 from autograder.progress import Progress
 from autograder.results import results_json, slowest_line, write_results
-from autograder.runner import KIT, SuiteRun, SuiteSpec
+from autograder.runner import KIT, TIME_LIMIT_RAN_OUT, SuiteRun, SuiteSpec
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.test_pool import Pool
@@ -254,6 +254,11 @@ def grade(options: GradeOptions) -> GradeReport:
         lines.append(f"The test process was restarted {restarts} time(s) after a crash, hang or tampering; "
                      "see the failed tests' messages.")
     lines += notes
+    cut = sum(TIME_LIMIT_RAN_OUT in verdict.message for run in merged for verdict in run.outcomes.values())
+    if cut:
+        lines.append(f"{cut} test(s) failed because this grade's time limit of {time_limit:.0f} s ran out "
+                     f"({_limit_source(options, manifest, problems, on_gpu)}); the rest of the grade stands. "
+                     "Staff can regrade with a longer one: python -m autograder grade --timeout SECONDS.")
     slowest = slowest_line(merged, manifest)  # no hidden test named: students see it before publication
     if slowest:
         lines.append(slowest)
@@ -273,6 +278,15 @@ def grade(options: GradeOptions) -> GradeReport:
             print(f"results: {path}")
         print(f"grade: finished in {seconds:.1f} s", flush=True)
     return GradeReport(results, table, tests, merged, intake, seconds, path, 0, user)
+
+
+def _limit_source(options: GradeOptions, manifest: Manifest, problems, on_gpu: bool) -> str:
+    """Where a grade's total time limit came from, for the line that says tests ran out of it."""
+    if options.total_timeout_s:
+        return "--timeout"
+    if manifest.time_limit_s([p.name for p in problems], on_gpu) < manifest.settings.total_timeout_s:
+        return "the sum of these problems' gpu_time_s in autograder/manifest.toml"
+    return "total_timeout_s in autograder/manifest.toml"
 
 
 def _rejected(options: GradeOptions, manifest: Manifest, problems, error: SubmissionRejected,

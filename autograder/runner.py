@@ -81,6 +81,9 @@ class SuiteSpec:
     gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
 
 
+TIME_LIMIT_RAN_OUT = "the grading time limit ran out"  # in the message of every test the grade's limit cut off
+
+
 @dataclass
 class SuiteRun:
     """What came back: verdicts in collection order, collection errors, and run facts."""
@@ -143,7 +146,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         if pending is not None and not pending:
             break
         if time.monotonic() >= spec.deadline:
-            fail_all("not run: the grading time limit ran out before this test started")
+            fail_all(f"not run: {TIME_LIMIT_RAN_OUT} before this test started")
             break
         if result.restarts > spec.restart_limit:
             fail_all(f"not run: the test process was restarted {spec.restart_limit} times "
@@ -170,7 +173,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                     if current is None and not collected:
                         problem_text = f"the test process did not finish collecting within {STARTUP_TIMEOUT_S:.0f} s"
                     elif now >= spec.deadline:
-                        problem_text = "the grading time limit ran out while this test was running"
+                        problem_text = f"{TIME_LIMIT_RAN_OUT} while this test was running"
                     elif budget is not None:
                         problem_text = _timed_out(budget)
                     else:

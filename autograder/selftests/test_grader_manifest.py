@@ -129,6 +129,16 @@ def test_a_gpu_grade_of_the_flashattention_problems_is_bounded_by_their_stated_t
     assert MANIFEST.time_limit_s([p.name for p in MANIFEST.problems], on_gpu=True) == total
 
 
+def test_a_grade_cut_by_its_limit_says_where_the_limit_came_from():
+    from autograder.grade import GradeOptions, _limit_source
+
+    flash = [MANIFEST.by_name[name] for name in FLASH]
+    options = GradeOptions(submission=Path("."))
+    assert _limit_source(options, MANIFEST, flash, on_gpu=True).endswith("gpu_time_s in autograder/manifest.toml")
+    assert _limit_source(options, MANIFEST, flash, on_gpu=False).startswith("total_timeout_s")
+    assert _limit_source(GradeOptions(submission=Path("."), total_timeout_s=60), MANIFEST, flash, True) == "--timeout"
+
+
 def test_a_problems_gpu_time_never_raises_the_total_limit(tmp_path):
     manifest = tmp_path / "manifest.toml"
     manifest.write_text('[grading]\ntotal_timeout_s = 100\n[problems.a]\nsection = "§1"\npoints = 1\n'

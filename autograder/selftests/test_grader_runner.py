@@ -166,3 +166,5 @@ def test_the_total_time_limit_fails_what_is_left_and_still_writes_results(tmp_pa
     assert "grading time limit" in outputs["test_hang"]["output"]
     assert outputs["test_still_graded"]["status"] == "failed" and "time limit" in outputs["test_still_graded"]["output"]
     assert report.seconds < total + 30, (report.seconds, total)  # the limit, plus stopping and writing results
+    assert (f"2 test(s) failed because this grade's time limit of {total:.0f} s ran out (--timeout)"
+            in written["output"]), written["output"]
