@@ -8,6 +8,7 @@ and CS336's docstrings.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autograder.tools.cs336_checkout import FLASH_GETTERS, convert, main
+from fixtures.mutants import BASE_DIR
 
 KIT = Path(__file__).resolve().parents[2]
 
@@ -118,6 +120,24 @@ def test_a_cs336_checkout_becomes_a_submission_whose_flash_getters_return_its_cl
     assert "CS336's docstring" not in source  # the kit's docstrings are kept
     assert (out / "cs336_systems" / "model.py").is_file()  # the kit's provided files stay
     assert (out / "cs336_systems" / "deep" / "flash.py").read_text() == MODULE
+
+
+def test_a_converted_checkout_with_cs336s_own_init_passes_an_isolated_test(tmp_path):
+    """CS336's ``cs336_systems/__init__.py`` reads ``importlib.metadata.version("cs336-systems")``.
+    In the isolated executor that must work (setup.sh's editable install provides the metadata),
+    or every test of such a submission fails at import: a real implementation, converted, passes."""
+    checkout = _checkout(tmp_path / "checkout", ADAPTERS["inside"])
+    implementation = (BASE_DIR / "cs336_systems" / "flash_attention_pytorch.py").read_text()
+    (checkout / "cs336_systems" / "deep" / "flash.py").write_text(
+        implementation + "\n\nPyFlash = FlashAttentionPytorch\nTritonFlash = FlashAttentionPytorch\n")
+    convert(checkout, tmp_path / "submission")
+    environment = {**os.environ, "PYTHONPATH": str(KIT), "TRITON_INTERPRET": "1"}
+    environment.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--isolate",
+                           "--executor-dir", str(tmp_path / "executor"), "--submission", str(tmp_path / "submission"),
+                           "tests/test_flash_forward_pytorch.py::test_flash_forward_pytorch_cs336_shape[full]"],
+                          cwd=KIT, env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
 
 
 def test_what_cannot_be_converted_is_named(tmp_path, capsys):
