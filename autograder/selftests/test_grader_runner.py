@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -168,3 +169,18 @@ def test_the_total_time_limit_fails_what_is_left_and_still_writes_results(tmp_pa
     assert report.seconds < total + 30, (report.seconds, total)  # the limit, plus stopping and writing results
     assert (f"2 test(s) failed because this grade's time limit of {total:.0f} s ran out (--timeout)"
             in written["output"]), written["output"]
+
+
+def test_a_test_process_gets_the_machines_gpu_settings_and_the_staffs_autotune_choice_but_nothing_else(monkeypatch):
+    """``CS336_AUTOTUNE=full`` in the grader's environment must reach the harness (every test then
+    tunes for real, as a grade without the first-config speed-up); the grader's other variables and
+    Triton's cache folders must not."""
+    from autograder.harness_process import base_env
+
+    monkeypatch.setenv("CS336_AUTOTUNE", "full")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/shared-cache")
+    monkeypatch.setenv("GRADER_API_TOKEN", "not for tests")
+    env = base_env(sys.executable, 2, {})
+    assert env["CS336_AUTOTUNE"] == "full" and env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "TRITON_CACHE_DIR" not in env and "GRADER_API_TOKEN" not in env
