@@ -73,7 +73,7 @@ def transplanted_body(source: str, name: str) -> list[str] | None:
     if function is None:
         return None
     body = function.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1:
+    if ast.get_docstring(function, clean=False) is not None and len(body) > 1:
         body = body[1:]  # its docstring: the kit's is kept
     local = {target.id for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.For))
              for target in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target)
@@ -99,10 +99,8 @@ def replace_functions(kit_source: str, cs336_source: str, names: tuple[str, ...]
             continue
         function = functions[name]
         first = function.body[0]
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-            start = first.end_lineno  # keep the kit's docstring
-        else:
-            start = function.body[0].lineno - 1
+        keep_docstring = ast.get_docstring(function, clean=False) is not None
+        start = first.end_lineno if keep_docstring else first.lineno - 1
         lines[start:function.end_lineno] = body
     return "\n".join(lines) + "\n", sorted(missing)
 
@@ -138,10 +136,9 @@ def convert(checkout: Path, out: Path, names: tuple[str, ...] = FLASH_GETTERS) -
 def outside_package(checkout: Path, adapters_source: str) -> list[str]:
     """Modules CS336's adapters import from the checkout but outside ``cs336_systems/``: the kit
     grades only that package, so such an import fails in the converted submission."""
-    roots = {(node.module or "").split(".")[0] for node in ast.walk(ast.parse(adapters_source))
-             if isinstance(node, ast.ImportFrom) and node.level == 0}
-    roots |= {alias.name.split(".")[0] for node in ast.walk(ast.parse(adapters_source))
-              if isinstance(node, ast.Import) for alias in node.names}
+    nodes = list(ast.walk(ast.parse(adapters_source)))
+    roots = {(node.module or "").split(".")[0] for node in nodes if isinstance(node, ast.ImportFrom) and node.level == 0}
+    roots |= {alias.name.split(".")[0] for node in nodes if isinstance(node, ast.Import) for alias in node.names}
     return sorted(root for root in roots - {"cs336_systems", "tests", ""}
                   if (checkout / root).is_dir() or (checkout / f"{root}.py").is_file())
 
