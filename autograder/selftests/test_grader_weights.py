@@ -98,9 +98,10 @@ def test_each_test_gets_the_same_share_whatever_order_the_tests_finished_in(coll
     mine = [nodeid for nodeid in collected if MANIFEST.problem_of_file(Path(nodeid.partition("::")[0]).name) is problem]
     shares = []
     for seed in range(3):
-        tests = [GradedTest(problem, "hidden" if "hidden" in nodeid else "visible", nodeid, Verdict(nodeid, "passed", ""),
-                            weight=problem.weight_of(f"{Path(nodeid.partition('::')[0]).name}::{nodeid.partition('::')[2]}"))
+        tests = [GradedTest(problem, "hidden" if "hidden" in nodeid else "visible", nodeid, Verdict(nodeid, "passed", ""))
                  for nodeid in mine]
+        for test in tests:
+            test.weight = problem.weight_of(test.key)  # as scoring.collect_tests sets it
         random.Random(seed).shuffle(tests)
         _apportion(tests, problem.points)
         shares.append({test.nodeid: test.max_score for test in tests})

@@ -239,13 +239,31 @@ def test_a_triton_or_cuda_failure_gets_the_next_test_a_fresh_executor(tmp_path, 
     assert started == [False, True], "a test without a Triton failure keeps its executor"
 
 
-_STICKY = ("    def forward(ctx, Q, K, V, is_causal=False):\n        check_inputs(Q, K, V)\n",
-           "    def forward(ctx, Q, K, V, is_causal=False):\n"
-           "        global _BROKEN\n"
-           "        if _BROKEN or Q.dim() == 4:  # like a kernel that reads out of bounds on a 4-D input\n"
-           "            _BROKEN = True\n"
-           "            raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
-           "        check_inputs(Q, K, V)\n")
+def _base_with(tmp_path: Path, name: str, changes: list[tuple[str, str, str]]) -> Path:
+    """A copy of the mutant base named ``name`` with each (file, old, new) text change made; old
+    must occur exactly once, so a change to the base fails here, naming the file."""
+    import shutil
+
+    target = tmp_path / name
+    shutil.copytree(BASE_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for file, old, new in changes:
+        path = target / file
+        text = path.read_text()
+        assert text.count(old) == 1, f"the mutant base's {file} changed: update {name}'s changes"
+        path.write_text(text.replace(old, new))
+    return target
+
+
+_STICKY = [("cs336_systems/flash_attention_pytorch.py",
+            "class FlashAttentionPytorch(", "_BROKEN = False\n\n\nclass FlashAttentionPytorch("),
+           ("cs336_systems/flash_attention_pytorch.py",
+            "    def forward(ctx, Q, K, V, is_causal=False):\n        check_inputs(Q, K, V)\n",
+            "    def forward(ctx, Q, K, V, is_causal=False):\n"
+            "        global _BROKEN\n"
+            "        if _BROKEN or Q.dim() == 4:  # like a kernel that reads out of bounds on a 4-D input\n"
+            "            _BROKEN = True\n"
+            "            raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+            "        check_inputs(Q, K, V)\n")]
 
 
 def test_a_cuda_error_in_one_test_does_not_fail_the_next(tmp_path):
@@ -254,14 +272,7 @@ def test_a_cuda_error_in_one_test_does_not_fail_the_next(tmp_path):
     on a bad-input test, and the next nine tests of its process failed, each in 0.0 s, whatever
     they tested. This submission mimics it on a CPU: once its Function has raised that error, it
     raises it on every call. The next test must get a fresh process and pass."""
-    import shutil
-
-    sticky = tmp_path / "sticky_cuda_error"
-    shutil.copytree(BASE_DIR, sticky, ignore=shutil.ignore_patterns("__pycache__"))
-    path = sticky / "cs336_systems" / "flash_attention_pytorch.py"
-    text = path.read_text()
-    assert text.count(_STICKY[0]) == 1, "the mutant base's forward changed: update _STICKY"
-    path.write_text(text.replace(*_STICKY) + "\n_BROKEN = False\n")
+    sticky = _base_with(tmp_path, "sticky_cuda_error", _STICKY)
     poisoning = "tests/test_flash_forward_pytorch.py::test_flash_forward_pytorch_rejects_bad_input[all_rank4]"
     after = "tests/test_flash_forward_pytorch.py::test_flash_forward_pytorch_cs336_shape[full]"
     done = _pytest([poisoning, after, "-v", "-p", "no:randomly", "--isolate", "--executor-dir",
@@ -411,31 +422,17 @@ def test_a_local_error_is_judged_by_its_own_traceback():
         assert own_check(error) is not None  # raised by an operation in this (non-submission) file
 
 
-_NO_CHECKS = {
-    "cs336_systems/flash_attention_pytorch.py": ("        check_inputs(Q, K, V)\n        batch, n_queries, d = Q.shape",
-                                                 "        batch, n_queries, d = Q.shape"),
-}
-
-
-def _without_input_checks(tmp_path: Path) -> Path:
-    """The mutant base with its PyTorch Function's input check removed: it checks nothing."""
-    import shutil
-
-    target = tmp_path / "no_input_checks"
-    shutil.copytree(BASE_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
-    for file, (old, new) in _NO_CHECKS.items():
-        path = target / file
-        text = path.read_text()
-        assert text.count(old) == 1, f"{file} changed: update _NO_CHECKS"
-        path.write_text(text.replace(old, new))
-    return target
+_NO_CHECKS = [("cs336_systems/flash_attention_pytorch.py",
+                "        check_inputs(Q, K, V)\n        batch, n_queries, d = Q.shape",
+                "        batch, n_queries, d = Q.shape")]
+"""The mutant base with its PyTorch Function's input check removed: it checks nothing."""
 
 
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
 def test_a_function_that_checks_nothing_earns_no_bad_input_points(tmp_path, isolate):
     """Every bad-input test fails for a Function that checks nothing (torch's own errors earn
     nothing), and all pass for the same code with its check (the base of the mutants)."""
-    nothing = _without_input_checks(tmp_path)
+    nothing = _base_with(tmp_path, "no_input_checks", _NO_CHECKS)
     selection = ["tests/test_flash_forward_pytorch.py", "-k", "rejects_bad_input", "-q", "-p", "no:randomly"]
     extra = ["--isolate", "--executor-dir", str(tmp_path / "executor")] if isolate else []
     env = {"TRITON_INTERPRET": "1"}
