@@ -14,8 +14,9 @@ Without it the submission is imported here, which is simpler to debug.
 
 Under ``--isolate`` on a GPU, the submission's ``@triton.autotune`` keeps the first config that
 launches in a correctness test and tunes for real only in a test marked ``timing``
-(tests/executor/autotune.py). ``CS336_AUTOTUNE=full`` makes every test tune for real: slower,
-but it checks the config your autotuner would pick for every shape, not only the first.
+(tests/executor/autotune.py); the tests named ``..._every_autotune_config`` run each config in turn
+(the ``each_autotune_config`` fixture). ``CS336_AUTOTUNE=full`` makes every test tune for real:
+slower, but it checks the config your autotuner would pick for every shape, not only the first.
 """
 
 from __future__ import annotations
@@ -77,11 +78,12 @@ def pytest_configure(config):
     config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
     config.executor = None
     config.triton_skipped = 0
-    if (os.environ.get("TRITON_INTERPRET") == "1" and not config.getoption("--isolate")
-            and triton_importable()):
-        from tests.executor.interpreter import single_autotune_config
+    if not config.getoption("--isolate") and triton_importable():
+        from tests.executor import autotune
 
-        single_autotune_config()  # the submission is imported in this process
+        # The submission is imported in this process: its autotuners tune for real on a GPU, keep
+        # one config under the interpreter, and run config n in a test that checks each of them.
+        autotune.install(interpreter=os.environ.get("TRITON_INTERPRET") == "1")
     if config.getoption("--isolate"):
         from tests.executor.client import Executor
         from tests.executor.process import ExecutorSettings
@@ -146,6 +148,14 @@ def adapters(pytestconfig, submission_dir):
 
         return RemoteAdapters(pytestconfig.executor)
     return load_adapters(submission_dir)
+
+
+@pytest.fixture
+def each_autotune_config(pytestconfig):
+    """Runs a check once per config of the submission's autotuners (tests/harness/autotune_configs.py)."""
+    from tests.harness.autotune_configs import EachAutotuneConfig
+
+    return EachAutotuneConfig(pytestconfig.executor)
 
 
 @pytest.fixture(autouse=True)

@@ -64,6 +64,18 @@ def test_flash_backward_triton_any_shape(adapters, case):
     check_backward(function, case, "triton")
 
 
+@pytest.mark.triton
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_flash_backward_triton_every_autotune_config(adapters, each_autotune_config, is_causal):
+    """Each config of your @triton.autotune kernels, one after another, forward and backward on
+    ragged tiles: 130 queries, 203 keys. Your autotuner may keep any of them, so every one must be
+    right (handout §2.4); the other tests run one config each."""
+    case = FlashCase(batch=2, n_queries=130, n_keys=203, d=64, dtype=torch.float32, is_causal=is_causal, seed=13,
+                     device=DEVICE)
+    function = _function(adapters, "triton")
+    each_autotune_config.run(lambda: check_backward(function, case, "triton"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)

@@ -63,6 +63,17 @@ def test_flash_forward_triton_half_precision_gpu(adapters, dtype, is_causal):
     check_forward(_function(adapters), case, "triton")
 
 
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_flash_forward_triton_every_autotune_config(adapters, each_autotune_config, is_causal):
+    """Each config of your @triton.autotune kernels, one after another, on ragged tiles: 130 queries
+    and 203 keys. Your autotuner may keep any of them, so every one must be right (handout §2.4);
+    the other tests run one config each."""
+    case = FlashCase(batch=2, n_queries=130, n_keys=203, d=64, dtype=torch.float32, is_causal=is_causal, seed=3,
+                     device=DEVICE)
+    function = _function(adapters)
+    each_autotune_config.run(lambda: check_forward(function, case, "triton"))
+
+
 @pytest.mark.parametrize("bad", BAD_INPUTS, ids=[bad.name for bad in BAD_INPUTS])
 def test_flash_forward_triton_rejects_bad_input(adapters, bad):
     """Malformed inputs raise ValueError or TypeError (RuntimeError accepted) instead of returning."""

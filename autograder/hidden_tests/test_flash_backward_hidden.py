@@ -62,6 +62,13 @@ def test_flash_backward_hidden_triton_shapes(adapters, case):
     check_backward(_function(adapters, "triton"), case, "triton")
 
 
+def test_flash_backward_hidden_triton_every_autotune_config(adapters, each_autotune_config):
+    """Each autotune config in turn, forward and backward, on ragged tiles."""
+    case = hidden_case("bt-every", batch=2, n_queries=257, n_keys=100, d=64, dtype=F32, is_causal=True, layout="mixed")
+    function = _function(adapters, "triton")
+    each_autotune_config.run(lambda: check_backward(function, case, "triton"))
+
+
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_flash_backward_hidden_uses_saved_causal(adapters, implementation):
     """Forward with is_causal=True; the backward gets only dO, so it must read the flag from ctx."""

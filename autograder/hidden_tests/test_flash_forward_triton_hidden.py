@@ -53,6 +53,19 @@ def test_flash_forward_triton_hidden_repeat_call(adapters):
     check_repeat_call(adapters.get_flashattention_autograd_function_triton(), case, "triton")
 
 
+def test_flash_forward_triton_hidden_every_autotune_config(adapters, each_autotune_config):
+    """Each autotune config in turn: the output and what the forward saves, on ragged tiles."""
+    case = hidden_case("ft-every", batch=2, n_queries=100, n_keys=257, d=32, dtype=F32, is_causal=True,
+                       layout="sliced")
+    function = adapters.get_flashattention_autograd_function_triton()
+
+    def check():
+        check_forward(function, case, "triton")
+        check_saved_tensors(function, case, "triton")
+
+    each_autotune_config.run(check)
+
+
 @pytest.mark.gpu
 def test_flash_forward_triton_hidden_compiled_gpu(adapters):
     """GPU only: under the CPU interpreter a kernel launch is NumPy code that torch.compile

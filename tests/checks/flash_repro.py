@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if not gpus.count() and os.environ.get("TRITON_INTERPRET") != "1":
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
-    from tests.executor.interpreter import single_autotune_config
+    from tests.executor import autotune
     from tests.checks.flash_cases import FlashCase, check_backward, check_forward
     from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"flash_repro: testing the submission in {root}", file=sys.stderr)
 
     if os.environ.get("TRITON_INTERPRET") == "1":
-        single_autotune_config()  # as the tests do: one config per @triton.autotune under the interpreter
+        autotune.install(interpreter=True)  # as the tests do: one config per @triton.autotune under the interpreter
     case = eval(args.case, {"FlashCase": FlashCase, "torch": torch})  # noqa: S307  the user's own command line
     if not isinstance(case, FlashCase):
         parser.error("the case must be a FlashCase(...) expression")

@@ -31,6 +31,7 @@ What a test sees:
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -66,6 +67,8 @@ class Executor(ExecutorProcess):
     def __init__(self, settings: ExecutorSettings):
         super().__init__(settings)
         self.timing = False  # the current test reads timings: autotuners tune for real (begin_test)
+        self._autotune_config: int | None = None  # requests run this config of every autotuner (autotune_config)
+        self.autotune_configs = 0  # the most configs one of the submission's autotuners had, this test
         self.fresh_after_test = False  # Triton or CUDA failed in this test: the next test gets a new process
         self._stopped_for_freshness = False
         self.launches: list[tuple[str, str]] = []
@@ -89,6 +92,8 @@ class Executor(ExecutorProcess):
         ``timing``: the test's verdict reads timings, so the submission's autotuners tune for real
         (``autotune.py``); otherwise each keeps the first config that launches."""
         self.timing = timing
+        self._autotune_config = None
+        self.autotune_configs = 0
         self.failure = None
         self.launches = []
         self._sent_max = 0
@@ -98,6 +103,17 @@ class Executor(ExecutorProcess):
             wall = self.settings.wall_timeout_s or WALL_FACTOR * timeout
             self.budget = Budget(timeout, wall, lambda: self.process.pid if self.process is not None else None)
         self.deadline = None if self.budget is None else self.budget.wall_deadline()
+
+    @contextlib.contextmanager
+    def autotune_config(self, index: int):
+        """Requests in this scope run config ``index`` of every autotuner of the submission
+        (``autotune.py``, mode ``"config:n"``); ``autotune_configs`` counts afresh from here."""
+        outer, self._autotune_config = self._autotune_config, int(index)
+        self.autotune_configs = 0
+        try:
+            yield
+        finally:
+            self._autotune_config = outer
 
     def end_test(self) -> None:
         """Called after each test (in its teardown). After a test in which Triton or CUDA raised,
@@ -186,7 +202,9 @@ class Executor(ExecutorProcess):
             raise self._fail(self._timeout_message())
         self.start()
         message["release"] = {"handles": self._released_handles[:], "graphs": self._released_graphs[:]}
-        if self.timing:
+        if self._autotune_config is not None:
+            message["autotune"] = f"config:{self._autotune_config}"
+        elif self.timing:
             message["autotune"] = "full"
         self._released_handles.clear()
         self._released_graphs.clear()
@@ -214,6 +232,9 @@ class Executor(ExecutorProcess):
                                                    for x in launches)):
             raise self._fail("the process running the submission sent a malformed launch record")
         self.launches += [tuple(x) for x in launches]
+        configs = reply.get("autotune_configs")
+        if type(configs) is int and configs > 0:  # the executor's word: it only sets how many configs a check tries
+            self.autotune_configs = max(self.autotune_configs, configs)
         if "error" in reply:
             if breaks_the_process(reply["error"]):
                 self.fresh_after_test = True

@@ -21,10 +21,11 @@ Requests (dicts, see ``wire.py`` for values) and what they return:
         the tensors the returned tensor's ``grad_fn`` saved (``saved_tensors``)
     {"op": "release", ...}, {"op": "reset"}: forget handles and graphs
 
-Every request may carry ``"release": {"handles": [...], "graphs": [...]}``, and ``"autotune": "full"``
-(a timing test: the submission's autotuners benchmark every config; otherwise each keeps the
-first config that launches, ``autotune.py``). The reply is
-``{"ok": value, "launches": [[kernel, file], ...], "aten": [...]}`` or ``{"error": {...}, "launches": [...]}``;
+Every request may carry ``"release": {"handles": [...], "graphs": [...]}``, and ``"autotune"``:
+``"full"`` (a timing test: the submission's autotuners benchmark every config), ``"config:n"``
+(each runs its n-th config), else each keeps the first config that launches (``autotune.py``).
+The reply is ``{"ok": value, "launches": [[kernel, file], ...], "aten": [...], "autotune_configs": n}``
+or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an autotuner had;
 while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
 callback are served too). Tensor arguments that require grad arrive as fresh leaves; a
@@ -48,8 +49,7 @@ from confine import identity
 
 from . import probes, tripwire
 from .aten_recorder import AtenRecorder
-from .autotune import autotune_mode, first_working_config
-from .interpreter import single_autotune_config
+from . import autotune
 from .launches import LaunchLog
 from .loading import import_submission
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
@@ -157,8 +157,7 @@ class Server:
         op = request.get("op")
         outer, self.leaves = self.leaves, []
         try:
-            with autotune_mode(request.get("autotune", "first")):
-                return self._run(op, request)
+            return self._run(op, request)
         finally:
             self.leaves = outer
 
@@ -205,10 +204,12 @@ class Server:
         raise ValueError(f"unknown request {op!r}")
 
     def answer(self, request: dict) -> dict:
-        try:
-            reply = {"ok": self.handle(request)}
-        except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
-            reply = {"error": error_payload(error)}
+        with autotune.autotune_mode(request.get("autotune", autotune.FIRST)) as tally:
+            try:
+                reply = {"ok": self.handle(request)}
+            except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
+                reply = {"error": error_payload(error)}
+        reply["autotune_configs"] = tally.configs
         reply["launches"] = [[launch.name, launch.file] for launch in self.launch_log.take()]
         reply["aten"], self.aten = sorted(self.aten), set()
         return reply
@@ -249,10 +250,7 @@ def main(argv: list[str]) -> None:
     if os.environ.get("CS336_EXECUTOR_TRITON", "1") == "1":
         try:
             server.launch_log.install()
-            if os.environ.get("TRITON_INTERPRET") == "1":
-                single_autotune_config()
-            else:
-                first_working_config()
+            autotune.install(interpreter=os.environ.get("TRITON_INTERPRET") == "1")
         except ImportError:  # no triton on this machine: no launch can happen either
             pass
     # Before any student code exists: the probes are looked up in this table from now on (a

@@ -1,4 +1,5 @@
-"""A correctness test compiles one autotune config; a timing test benchmarks them all.
+"""A correctness test compiles one autotune config, a timing test benchmarks them all, and an
+every-config test runs the n-th.
 
 Read by staff changing tests/executor/autotune.py. The executor installs its wrapper on GPU
 runners; these checks run it under Triton's CPU interpreter, in a child process, with an
@@ -25,9 +26,9 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import torch, triton, triton.language as tl
     from triton.runtime.errors import OutOfResources
-    from tests.executor.autotune import autotune_mode, first_working_config
+    from tests.executor.autotune import autotune_mode, install
 
-    first_working_config()
+    install(interpreter=sys.argv[3] == "interpreter")  # "gpu": the fake do_bench stands in for timing
     tried = []
 
     def hook(index, too_big=False):
@@ -63,10 +64,11 @@ SCRIPT = textwrap.dedent("""
         return double.best_config.kwargs["BLOCK"]
 
     report = {}
-    with autotune_mode(sys.argv[1]):
+    with autotune_mode(sys.argv[1]) as tally:
         report["chosen"] = launch(40)
         report["tried"] = list(tried)
         report["timed"] = len(timed)
+    report["configs"] = tally.configs
     tried.clear()
     with autotune_mode(sys.argv[2]):
         report["chosen_after"] = launch(40)
@@ -75,9 +77,10 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(first: str, second: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(KIT)}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, first, second], cwd=KIT, env=env,
+def _run(first: str, second: str, runner: str = "gpu", interpreter_config: str = "0") -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(KIT),
+           "CS336_INTERPRET_AUTOTUNE_CONFIG": interpreter_config}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, first, second, runner], cwd=KIT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -99,3 +102,27 @@ def test_full_mode_benchmarks_every_config_and_keeps_its_own_choice():
     # not fit) and keeps the one its benchmark says is fastest.
     assert report["chosen_after"] == 16, report
     assert 2 in report["tried_after"], report
+
+
+def test_config_mode_runs_the_nth_config_and_counts_the_configs():
+    report = _run("config:2", "config:1")
+    assert (report["chosen"], report["tried"], report["timed"]) == (16, [2], 0), report
+    assert report["configs"] == 3, "the harness runs its check once per config: it needs the count"
+    assert (report["chosen_after"], report["tried_after"]) == (8, [1]), report
+
+
+def test_config_mode_runs_the_first_that_fits_for_a_config_that_does_not_fit_or_does_not_exist():
+    report = _run("config:0", "config:7")
+    assert report["chosen"] == 8, report  # config 0 is out of resources: the autotuner would skip it
+    assert report["timed"] == 0, report
+    assert report["chosen_after"] == 8, report
+
+
+def test_the_interpreter_runs_the_chosen_config_in_every_mode_but_config_mode():
+    # Under the interpreter nothing is timed: "first" and "full" run $CS336_INTERPRET_AUTOTUNE_CONFIG.
+    report = _run("first", "full", runner="interpreter", interpreter_config="2")
+    assert (report["chosen"], report["tried"], report["timed"]) == (16, [2], 0), report
+    assert (report["chosen_after"], report["tried_after"]) == (16, [2]), report
+    report = _run("config:1", "config:9", runner="interpreter", interpreter_config="2")
+    assert (report["chosen"], report["tried"], report["configs"]) == (8, [1], 3), report
+    assert report["chosen_after"] == 16, "a config past the last runs the interpreter's own choice"
