@@ -126,3 +126,21 @@ def test_the_interpreter_runs_the_chosen_config_in_every_mode_but_config_mode():
     report = _run("config:1", "config:9", runner="interpreter", interpreter_config="2")
     assert (report["chosen"], report["tried"], report["configs"]) == (8, [1], 3), report
     assert report["chosen_after"] == 16, "a config past the last runs the interpreter's own choice"
+
+
+def test_the_every_config_test_fails_through_the_executor_naming_the_config(tmp_path):
+    """The grader's path: the harness asks the executor for config n and compares the outputs
+    itself. The mutant's config 0 is right and its config 1 is not; the plain tests pass."""
+    from fixtures import materialize
+    from fixtures.mutants import get
+
+    submission = materialize(get("autotune_grid_ignores_tile"), tmp_path / "submission")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env.pop("CS336_INTERPRET_AUTOTUNE_CONFIG", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+                           "tests/test_flash_forward_triton.py", "-k", "every_autotune_config or cs336_shape",
+                           f"--submission={submission}", "--isolate"],
+                          cwd=KIT, env=env, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert "2 failed, 2 passed" in out, out[-3000:]
+    assert "AssertionError: with config 1 of 2 of your autotuned kernels" in out, out[-3000:]
