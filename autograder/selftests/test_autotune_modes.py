@@ -128,19 +128,31 @@ def test_the_interpreter_runs_the_chosen_config_in_every_mode_but_config_mode():
     assert report["chosen_after"] == 16, "a config past the last runs the interpreter's own choice"
 
 
-def test_the_every_config_test_fails_through_the_executor_naming_the_config(tmp_path):
-    """The grader's path: the harness asks the executor for config n and compares the outputs
-    itself. The mutant's config 0 is right and its config 1 is not; the plain tests pass."""
+def _isolated_run(mutant: str, tmp_path: Path, test_file: str, selection: str) -> str:
     from fixtures import materialize
     from fixtures.mutants import get
 
-    submission = materialize(get("autotune_grid_ignores_tile"), tmp_path / "submission")
+    submission = materialize(get(mutant), tmp_path / mutant)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     env.pop("CS336_INTERPRET_AUTOTUNE_CONFIG", None)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
-                           "tests/test_flash_forward_triton.py", "-k", "every_autotune_config or cs336_shape",
-                           f"--submission={submission}", "--isolate"],
+                           test_file, "-k", selection, f"--submission={submission}", "--isolate"],
                           cwd=KIT, env=env, capture_output=True, text=True, timeout=600)
-    out = done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_the_every_config_tests_fail_through_the_executor_naming_the_config(tmp_path):
+    """The grader's path: the harness asks the executor for config n and compares the outputs
+    itself. Each mutant's config 0 is right and its config 1 is not; the plain tests pass. The
+    backward test varies the backward's configs only, so the forward's bad config passes there."""
+    out = _isolated_run("autotune_grid_ignores_tile", tmp_path, "tests/test_flash_forward_triton.py",
+                        "every_autotune_config or cs336_shape")
     assert "2 failed, 2 passed" in out, out[-3000:]
     assert "AssertionError: with config 1 of 2 of your autotuned kernels" in out, out[-3000:]
+    out = _isolated_run("autotune_backward_grid_ignores_tile", tmp_path, "tests/test_flash_backward.py",
+                        "every_autotune_config or (cs336_shape and triton)")
+    assert "2 failed, 2 passed" in out, out[-3000:]
+    assert "AssertionError: with config 1 of 2 of your autotuned kernels" in out, out[-3000:]
+    out = _isolated_run("autotune_grid_ignores_tile", tmp_path, "tests/test_flash_backward.py",
+                        "every_autotune_config and causal")
+    assert "1 passed" in out, out[-3000:]

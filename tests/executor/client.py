@@ -68,6 +68,7 @@ class Executor(ExecutorProcess):
         super().__init__(settings)
         self.timing = False  # the current test reads timings: autotuners tune for real (begin_test)
         self._autotune_config: int | None = None  # requests run this config of every autotuner (autotune_config)
+        self._autotune_ops: tuple[str, ...] | None = None  # ... only requests of these ops (None: all)
         self.autotune_configs = 0  # the most configs one of the submission's autotuners had, this test
         self.fresh_after_test = False  # Triton or CUDA failed in this test: the next test gets a new process
         self._stopped_for_freshness = False
@@ -105,15 +106,17 @@ class Executor(ExecutorProcess):
         self.deadline = None if self.budget is None else self.budget.wall_deadline()
 
     @contextlib.contextmanager
-    def autotune_config(self, index: int):
-        """Requests in this scope run config ``index`` of every autotuner of the submission
-        (``autotune.py``, mode ``"config:n"``); ``autotune_configs`` counts afresh from here."""
-        outer, self._autotune_config = self._autotune_config, int(index)
+    def autotune_config(self, index: int, ops: tuple[str, ...] | None = None):
+        """Requests in this scope (only those whose op is in ``ops``, if given: ``("backward",)``)
+        run config ``index`` of every autotuner of the submission (``autotune.py``, mode
+        ``"config:n"``); the others run as the test would. ``autotune_configs`` counts afresh from here."""
+        outer = self._autotune_config, self._autotune_ops
+        self._autotune_config, self._autotune_ops = int(index), ops
         self.autotune_configs = 0
         try:
             yield
         finally:
-            self._autotune_config = outer
+            self._autotune_config, self._autotune_ops = outer
 
     def end_test(self) -> None:
         """Called after each test (in its teardown). After a test in which Triton or CUDA raised,
@@ -202,7 +205,7 @@ class Executor(ExecutorProcess):
             raise self._fail(self._timeout_message())
         self.start()
         message["release"] = {"handles": self._released_handles[:], "graphs": self._released_graphs[:]}
-        if self._autotune_config is not None:
+        if self._autotune_config is not None and (self._autotune_ops is None or message.get("op") in self._autotune_ops):
             message["autotune"] = f"config:{self._autotune_config}"
         elif self.timing:
             message["autotune"] = "full"
