@@ -164,7 +164,7 @@ def _executor_budget(pytestconfig, request):
     executor = pytestconfig.executor
     if executor is not None:
         timing = request.node.get_closest_marker("timing") is not None
-        executor.begin_test(timing=timing or os.environ.get(AUTOTUNE_ENV) == "full")
+        executor.begin_test(timing=timing, tune=os.environ.get(AUTOTUNE_ENV) == "full")
     yield
     if executor is not None:
         executor.end_test()

@@ -441,3 +441,30 @@ def test_a_function_that_checks_nothing_earns_no_bad_input_points(tmp_path, isol
     assert "10 failed" in bad.stdout.splitlines()[-1], bad.stdout[-4000:]
     good = _pytest([*selection, *extra, "--submission", str(BASE_DIR)], KIT, env)
     assert good.returncode == 0 and "10 passed" in good.stdout.splitlines()[-1], good.stdout[-4000:]
+
+
+def test_new_tensors_hold_nan_in_a_correctness_test_and_pytorch_defaults_in_a_timing_test(tmp_path):
+    """An unwritten element of an output is NaN in every correctness test, whatever ran before in
+    the process (tests/executor/uninitialized.py); a timing test runs with PyTorch's defaults."""
+    import torch
+
+    from tests.executor.proxies import RemoteAdapters
+
+    (tmp_path / "cs336_systems").mkdir()
+    (tmp_path / "cs336_systems" / "__init__.py").write_text("")
+    (tmp_path / "adapters.py").write_text(
+        "import torch\n\n\ndef unwritten():\n"
+        "    return torch.empty(64), torch.empty(3, dtype=torch.int64), torch.are_deterministic_algorithms_enabled()\n")
+    executor = _executor(tmp_path)
+    try:
+        adapters = RemoteAdapters(executor)
+        executor.begin_test()
+        floats, ints, deterministic = adapters.unwritten()
+        executor.end_test()
+        assert torch.isnan(floats).all() and (ints == torch.iinfo(torch.int64).max).all(), (floats, ints)
+        executor.begin_test(timing=True)
+        _, _, deterministic_when_timed = adapters.unwritten()
+        executor.end_test()
+        assert deterministic and not deterministic_when_timed
+    finally:
+        executor.stop()

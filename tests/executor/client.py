@@ -66,7 +66,8 @@ class Executor(ExecutorProcess):
 
     def __init__(self, settings: ExecutorSettings):
         super().__init__(settings)
-        self.timing = False  # the current test reads timings: autotuners tune for real (begin_test)
+        self.timing = False  # the current test reads timings: PyTorch's defaults, real autotuning (begin_test)
+        self.tune = False  # autotuners tune for real (timing tests, and every test under CS336_AUTOTUNE=full)
         self._autotune_config: int | None = None  # requests run this config of every autotuner (autotune_config)
         self._autotune_ops: tuple[str, ...] | None = None  # ... only requests of these ops (None: all)
         self.autotune_configs = 0  # the most configs one of the submission's autotuners had, this test
@@ -88,11 +89,13 @@ class Executor(ExecutorProcess):
 
     # -- tests ---------------------------------------------------------------------------
 
-    def begin_test(self, timing: bool = False) -> None:
+    def begin_test(self, timing: bool = False, tune: bool = False) -> None:
         """Called before each test: a new time budget, no failure yet, no launches yet.
         ``timing``: the test's verdict reads timings, so the submission's autotuners tune for real
-        (``autotune.py``); otherwise each keeps the first config that launches."""
+        (``autotune.py``) and new tensors are not filled with NaN (``uninitialized.py``); ``tune``:
+        they tune for real all the same. Otherwise each keeps the first config that launches."""
         self.timing = timing
+        self.tune = timing or tune
         self._autotune_config = None
         self.autotune_configs = 0
         self.failure = None
@@ -207,8 +210,10 @@ class Executor(ExecutorProcess):
         message["release"] = {"handles": self._released_handles[:], "graphs": self._released_graphs[:]}
         if self._autotune_config is not None and (self._autotune_ops is None or message.get("op") in self._autotune_ops):
             message["autotune"] = f"config:{self._autotune_config}"
-        elif self.timing:
+        elif self.tune:
             message["autotune"] = "full"
+        if self.timing:
+            message["timing"] = True
         self._released_handles.clear()
         self._released_graphs.clear()
         try:

@@ -23,9 +23,11 @@ Requests (dicts, see ``wire.py`` for values) and what they return:
 
 Every request may carry ``"release": {"handles": [...], "graphs": [...]}``, and ``"autotune"``:
 ``"full"`` (a timing test: the submission's autotuners benchmark every config), ``"config:n"``
-(each runs its n-th config), else each keeps the first config that launches (``autotune.py``).
+(each runs its n-th config), else each keeps the first config that launches (``autotune.py``);
+and ``"timing": true`` (a timing test: PyTorch's defaults, see below).
 The reply is ``{"ok": value, "launches": [[kernel, file], ...], "aten": [...], "autotune_configs": n}``
-or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an autotuner had;
+or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an autotuner had. In
+every request but a timing test's, new tensors hold NaN (``uninitialized.py``);
 while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
 callback are served too). Tensor arguments that require grad arrive as fresh leaves; a
@@ -50,6 +52,7 @@ from confine import identity
 from . import probes, tripwire
 from .aten_recorder import AtenRecorder
 from . import autotune
+from .uninitialized import filled
 from .launches import LaunchLog
 from .loading import import_submission
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
@@ -204,7 +207,8 @@ class Server:
         raise ValueError(f"unknown request {op!r}")
 
     def answer(self, request: dict) -> dict:
-        with autotune.autotune_mode(request.get("autotune", autotune.FIRST)) as tally:
+        mode = request.get("autotune", autotune.FIRST)
+        with autotune.autotune_mode(mode) as tally, filled(not request.get("timing")):
             try:
                 reply = {"ok": self.handle(request)}
             except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
