@@ -128,31 +128,45 @@ def test_the_interpreter_runs_the_chosen_config_in_every_mode_but_config_mode():
     assert report["chosen_after"] == 16, "a config past the last runs the interpreter's own choice"
 
 
-def _isolated_run(mutant: str, tmp_path: Path, test_file: str, selection: str) -> str:
+def _every_config_failure(mutant: str, tmp_path: Path, backward: bool) -> str:
+    """What the every-config check of ``mutant`` raises when run through an executor, as the
+    grader runs it ("" if it passes); the plain check (first config) must pass."""
+    import torch
+
     from fixtures import materialize
     from fixtures.mutants import get
+    from tests.checks.flash_cases import FlashCase, check_backward, check_forward
+    from tests.executor.client import Executor
+    from tests.executor.process import ExecutorSettings
+    from tests.executor.proxies import RemoteAdapters
+    from tests.harness.autotune_configs import EachAutotuneConfig
 
     submission = materialize(get(mutant), tmp_path / mutant)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env.pop("CS336_INTERPRET_AUTOTUNE_CONFIG", None)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
-                           test_file, "-k", selection, f"--submission={submission}", "--isolate"],
-                          cwd=KIT, env=env, capture_output=True, text=True, timeout=600)
-    return done.stdout + done.stderr
+    executor = Executor(ExecutorSettings(submission=submission, workdir=tmp_path / f"{mutant}-work", test_timeout_s=120.0))
+    case = FlashCase(batch=1, n_queries=70, n_keys=45, d=32, dtype=torch.float32, is_causal=False, device="cpu")
+    try:
+        executor.begin_test()
+        function = RemoteAdapters(executor).get_flashattention_autograd_function_triton()
+        check = (lambda: check_backward(function, case, "triton")) if backward else (lambda: check_forward(function, case, "triton"))
+        check()  # the first config is right
+        try:
+            EachAutotuneConfig(executor).run(check, backward_only=backward)
+        except AssertionError as failure:
+            return str(failure)
+        return ""
+    finally:
+        executor.stop()
 
 
-def test_the_every_config_tests_fail_through_the_executor_naming_the_config(tmp_path):
+def test_the_every_config_checks_fail_through_the_executor_naming_the_config(tmp_path, monkeypatch):
     """The grader's path: the harness asks the executor for config n and compares the outputs
-    itself. Each mutant's config 0 is right and its config 1 is not; the plain tests pass. The
-    backward test varies the backward's configs only, so the forward's bad config passes there."""
-    out = _isolated_run("autotune_grid_ignores_tile", tmp_path, "tests/test_flash_forward_triton.py",
-                        "every_autotune_config or cs336_shape")
-    assert "2 failed, 2 passed" in out, out[-3000:]
-    assert "AssertionError: with config 1 of 2 of your autotuned kernels" in out, out[-3000:]
-    out = _isolated_run("autotune_backward_grid_ignores_tile", tmp_path, "tests/test_flash_backward.py",
-                        "every_autotune_config or (cs336_shape and triton)")
-    assert "2 failed, 2 passed" in out, out[-3000:]
-    assert "AssertionError: with config 1 of 2 of your autotuned kernels" in out, out[-3000:]
-    out = _isolated_run("autotune_grid_ignores_tile", tmp_path, "tests/test_flash_backward.py",
-                        "every_autotune_config and causal")
-    assert "1 passed" in out, out[-3000:]
+    itself. Each mutant's config 0 is right and its config 1 is not. The backward check varies
+    the backward's configs only, so the forward's bad config passes there."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("CS336_INTERPRET_AUTOTUNE_CONFIG", raising=False)
+    failure = _every_config_failure("autotune_grid_ignores_tile", tmp_path, backward=False)
+    assert failure.startswith("with config 1 of 2 of your autotuned kernels"), failure[:2000]
+    failure = _every_config_failure("autotune_backward_grid_ignores_tile", tmp_path, backward=True)
+    assert failure.startswith("with config 1 of 2 of your autotuned kernels"), failure[:2000]
+    assert "dK mismatch" in failure or "dQ mismatch" in failure or "dV mismatch" in failure, failure[:2000]
+    assert _every_config_failure("autotune_grid_ignores_tile", tmp_path, backward=True) == ""
