@@ -10,7 +10,9 @@ It loads the submission the tests would (``--submission DIR``, else ``$CS336_SUB
 the current directory: tests/harness/submission.py's ``resolve_submission_dir``), builds the
 case's inputs, runs the same check as the test (``check_forward`` or ``check_backward`` of
 tests/checks/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
-message. ``TRITON_INTERPRET=1`` is how the tests run Triton without a GPU; it must be set
+message, with new tensors holding NaN as in the grader (``tests/executor/uninitialized.py``), and
+under the interpreter the autotune config at ``$CS336_INTERPRET_AUTOTUNE_CONFIG`` (default 0).
+``TRITON_INTERPRET=1`` is how the tests run Triton without a GPU; it must be set
 before triton is imported, so it goes in front of the command (leave it out on a GPU machine,
 where the case says ``device='cuda'``).
 """
@@ -41,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
     from tests.executor import autotune
+    from tests.executor.uninitialized import filled
     from tests.checks.flash_cases import FlashCase, check_backward, check_forward
     from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir
 
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 else adapters.get_flashattention_autograd_function_triton())
     check = check_forward if args.check == "forward" else check_backward
     try:
-        check(function, case, args.implementation)
+        with filled():  # new tensors hold NaN, as in the grader's tests (tests/executor/uninitialized.py)
+            check(function, case, args.implementation)
     except AssertionError as failure:
         print(f"failed: {failure}")
         return 1
