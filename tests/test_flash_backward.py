@@ -15,14 +15,12 @@ from hypothesis import given, note
 
 from tests.harness import gpus
 from tests.checks.flash_cases import FlashCase, check_backward, flash_case_strategy
+from tests.harness.autotune_configs import EVERY_CONFIG_SHAPE
 from tests.harness.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 # The Triton cases are marked: they are skipped where Triton is not installed (tests/harness/triton_marker.py).
 IMPLEMENTATIONS = ("pytorch", pytest.param("triton", marks=pytest.mark.triton))
-# Ragged for every tile size up to 128 (the interpreter's is smaller: it is slow)
-EVERY_CONFIG_SHAPE = (dict(batch=2, n_queries=130, n_keys=203, d=64) if DEVICE == "cuda"
-                      else dict(batch=1, n_queries=70, n_keys=45, d=32))
 
 
 def _function(adapters, implementation: str):

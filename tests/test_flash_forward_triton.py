@@ -17,13 +17,11 @@ from hypothesis import given, note
 from tests.harness import gpus
 from tests.checks.flash_bad_inputs import BAD_INPUTS, assert_rejects
 from tests.checks.flash_cases import FlashCase, check_forward, flash_case_strategy
+from tests.harness.autotune_configs import EVERY_CONFIG_SHAPE
 from tests.harness.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 pytestmark = pytest.mark.triton  # every test here runs your Triton kernel (skipped where Triton is missing)
-# Ragged for every tile size up to 128 (the interpreter's is smaller: it is slow)
-EVERY_CONFIG_SHAPE = (dict(batch=2, n_queries=130, n_keys=203, d=64) if DEVICE == "cuda"
-                      else dict(batch=1, n_queries=70, n_keys=45, d=32))
 
 
 def _function(adapters):

@@ -84,11 +84,6 @@ def autotune_mode(mode: str) -> Iterator[Tally]:
         _tally.configs = max(_tally.configs, inner)
 
 
-def configs_seen() -> int:
-    """The tally of the current scope (the whole process outside any ``autotune_mode``)."""
-    return _tally.configs
-
-
 def _one_call(kernel_call, quantiles=None):
     """A stand-in for ``do_bench``: run the config once, and call it fast."""
     kernel_call()
@@ -117,7 +112,8 @@ def install(interpreter: bool) -> None:
     original_bench = Autotuner._bench
 
     def run_config(self, index, args, kwargs):
-        """Run config ``index`` of the pruned configs, or None when there is no such config."""
+        """Run config ``index`` of the pruned configs: (its result, True), or (None, False) when
+        there is no such config."""
         self.nargs = dict(zip(self.arg_names, args))
         pruned = list(self.prune_configs(kwargs))
         _tally.configs = max(_tally.configs, len(pruned))

@@ -16,7 +16,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from tests.harness import gpus
+
 MAX_CONFIGS = 8  # configs checked per autotuner (the handout says so): 8 backward configs fit a test's 120 s
+
+# The visible every-config tests' shape: ragged for every tile size up to 128 (smaller under the
+# interpreter, which is slow).
+EVERY_CONFIG_SHAPE = (dict(batch=2, n_queries=130, n_keys=203, d=64) if gpus.count()
+                      else dict(batch=1, n_queries=70, n_keys=45, d=32))
 
 
 class EachAutotuneConfig:
