@@ -12,11 +12,11 @@ the executor (tests/executor/), and ``adapters`` is a stand-in that calls into i
 their assertions and their verdicts stay in this process, where submitted code cannot reach.
 Without it the submission is imported here, which is simpler to debug.
 
-Under ``--isolate`` on a GPU, the submission's ``@triton.autotune`` keeps the first config that
-launches in a correctness test and tunes for real only in a test marked ``timing``
-(tests/executor/autotune.py); the tests named ``..._every_autotune_config`` run each config in turn
-(the ``each_autotune_config`` fixture). ``CS336_AUTOTUNE=full`` makes every test tune for real:
-slower, but it checks the config your autotuner would pick for every shape, not only the first.
+The submission's ``@triton.autotune`` tunes for real only in a test marked ``timing``
+(tests/executor/autotune.py). Every other test of the submission runs once per config of its
+autotuners, config 0 first, without benchmarking (tests/harness/autotune_configs.py): which config
+wins the timing is noise, so every config must be right. ``CS336_AUTOTUNE=full`` makes every test
+tune for real instead, as a grade without that speed-up would.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from tests.harness.submission import load_adapters, resolve_submission_dir  # no
 from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
-AUTOTUNE_ENV = "CS336_AUTOTUNE"  # "full": every test's autotuners benchmark every config (see above)
 # A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example;
 # every test's random examples derive from the course's secret and its node id (tests/harness/example_seeds.py).
-pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds")
+# Every test of the submission but a timing test runs once per autotune config (tests/harness/autotune_configs.py).
+pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds", "tests.harness.autotune_configs")
 
 
 def pytest_addoption(parser):
@@ -163,6 +163,8 @@ def _executor_budget(pytestconfig, request):
     """Under --isolate: each test gets its own time budget and a fresh start after a crash."""
     executor = pytestconfig.executor
     if executor is not None:
+        from tests.harness.autotune_configs import AUTOTUNE_ENV
+
         timing = request.node.get_closest_marker("timing") is not None
         executor.begin_test(timing=timing, tune=os.environ.get(AUTOTUNE_ENV) == "full")
     yield

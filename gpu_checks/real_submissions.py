@@ -6,8 +6,8 @@ Run from the repo root on a GPU machine, as root:
 SUBMISSIONS is a folder of kit submissions, one folder each (for example written by
 ``python -m autograder.tools.cs336_checkout`` from checkouts of CS336's repository). Each is
 graded alone on the three FlashAttention problems, as the grader grades a class: every
-speed-up on (autotuners keep the first config that launches in correctness tests, fuzzed shapes
-drawn to share kernels, the grade's chains across the cores). The submissions named by
+speed-up on (no benchmarking of autotune configs outside timing tests: each test runs each config
+once; fuzzed shapes drawn to share kernels; the grade's chains across the cores). The submissions named by
 ``--full`` are graded a second time with ``CS336_AUTOTUNE=full``: every test's autotuners
 benchmark every config, as they would with none of the autotuning speed-up, and each test's
 verdict is compared with the first grade's. That second grade gets the whole grade's time limit

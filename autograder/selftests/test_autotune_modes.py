@@ -170,3 +170,22 @@ def test_the_every_config_checks_fail_through_the_executor_naming_the_config(tmp
     assert failure.startswith("with config 1 of 2 of your autotuned kernels"), failure[:2000]
     assert "dK mismatch" in failure or "dQ mismatch" in failure or "dV mismatch" in failure, failure[:2000]
     assert _every_config_failure("autotune_grid_ignores_tile", tmp_path, backward=True) == ""
+
+
+def test_every_test_of_the_submission_runs_each_config_and_names_the_one_that_failed(tmp_path):
+    """The plugin in tests/harness/autotune_configs.py: an ordinary backward test (not an
+    every-config one) of a mutant whose backward config 1 is wrong fails, naming config 1, under
+    the grader's ``--isolate`` (its config 0 passes: the every-config test above shows it)."""
+    from fixtures import materialize
+    from fixtures.mutants import get
+
+    submission = materialize(get("autotune_backward_grid_ignores_tile"), tmp_path / "mutant")
+    test = "tests/test_flash_backward.py::test_flash_backward_cs336_shape[triton-causal]"
+
+    environ = {key: value for key, value in os.environ.items()
+               if key not in ("CS336_AUTOTUNE", "CS336_INTERPRET_AUTOTUNE_CONFIG", "PYTEST_XDIST_WORKER")}
+    looped = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                             test, "--isolate", "--submission", str(submission)],
+                            cwd=KIT, env=environ, capture_output=True, text=True, timeout=600)
+    assert looped.returncode == 1 and "1 failed" in looped.stdout, looped.stdout[-3000:]
+    assert "with config 1 of 2 of your autotuned kernels" in looped.stdout, looped.stdout[-3000:]

@@ -8,7 +8,9 @@ config with the ``"config:n"`` modes.
 An autotuner benchmarks every config for every new key: it compiles each config's kernel
 and times it. A submission that autotunes 20 configs over 64 shapes compiles hundreds of
 kernels, which took a real submission past six minutes of grading on an H200. A correctness
-test needs one config that runs, not the fastest one. So in a correctness test ("first" mode)
+test needs configs that run, not the fastest one: the harness runs each test once per config
+(mode "config:n" below; ``tests/harness/autotune_configs.py``), and any other request of a
+correctness test runs in "first" mode, in which
 an autotuner tries its configs in their order, after its own pruning, and keeps the first one
 that compiles and launches; the configs after it are never compiled. A config that does not
 fit the GPU (Triton's ``OutOfResources``, a failed compile-time assert, a ptxas error) is skipped

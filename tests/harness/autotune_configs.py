@@ -1,20 +1,31 @@
-"""Run a check once per config of the submission's ``@triton.autotune`` kernels (handout §2.4).
+"""Run each test once per config of the submission's ``@triton.autotune`` kernels (handout §2.4).
 
-Used by the tests named ``..._every_autotune_config`` through the ``each_autotune_config``
-fixture (root ``conftest.py``). Which config an autotuner keeps depends on timings, so it can
-differ from one GPU, load or shape to the next: every config must be right. The other
-correctness tests run one config each (the first that fits; ``tests/executor/autotune.py``);
-these run the check with config 0 of every autotuner, then config 1, and so on, until every
-autotuner's configs (after its own pruning, at most ``MAX_CONFIGS``) have run. The outputs are
-compared here, by the test; the submission's side says only how many configs its autotuners
-have, which sets how many times the check runs: a count it understates can only leave the check
-as strict as the other tests.
+Which config an autotuner keeps depends on timings, so it can differ from one GPU, load or shape
+to the next, and a verdict that rests on it is noise: every config must be right. So every test
+but a timing test (marked ``timing``) checks every config:
+
+- this module is a pytest plugin (``pytest_plugins`` in the root ``conftest.py``): it runs a test's
+  body with config 0 of every autotuner, then config 1, and so on, until every autotuner's configs
+  (after its own pruning, at most ``MAX_CONFIGS``) have run. A test that runs no autotuner with two
+  or more configs runs once, as before; fixtures are set up once;
+- the tests named ``..._every_autotune_config`` loop themselves, through the ``each_autotune_config``
+  fixture, to vary only some requests' configs (``backward_only``) at shapes ragged for every tile;
+- ``CS336_AUTOTUNE=full`` turns the loop off: every test tunes for real, as a grade without the
+  speed-ups would.
+
+All configs of a test share the test's time limit, as a real autotuner's benchmarking of them would.
+The outputs are compared here, by the test; the submission's side says only how many configs its
+autotuners have, which sets how many times the test runs: a count it understates can only leave
+the test as strict as a one-config run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
+
+import pytest
 
 from tests.harness import gpus
 
@@ -70,3 +81,26 @@ def _which(index: int, total: int) -> str:
     return (f"with config {index} of {total} of your autotuned kernels (counted from 0, after your "
             f"prune_configs_by; every config must be right, handout §2.4; on a CPU, rerun with "
             f"CS336_INTERPRET_AUTOTUNE_CONFIG={index})")
+
+
+FIXTURE = "each_autotune_config"  # tests that loop over configs themselves
+AUTOTUNE_ENV = "CS336_AUTOTUNE"  # "full": every test's autotuners benchmark every config, no loop
+
+
+def loops_over_configs(item) -> bool:
+    """Whether the plugin runs the pytest ``item`` once per config: a test of the submission (it
+    uses the ``adapters`` fixture), not a timing test, not a test that loops itself, not under
+    ``CS336_AUTOTUNE=full``."""
+    fixtures = getattr(item, "fixturenames", ())
+    return ("adapters" in fixtures and FIXTURE not in fixtures and item.get_closest_marker("timing") is None
+            and os.environ.get(AUTOTUNE_ENV) != "full")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if not loops_over_configs(pyfuncitem):
+        return None
+    function = pyfuncitem.obj
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    EachAutotuneConfig(getattr(pyfuncitem.config, "executor", None)).run(lambda: function(**arguments))
+    return True
