@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             unlike = "" if first is None else ("; ".join(differences([first, got])) or "none")
             first = got if first is None else first
             ok &= (full or seconds <= args.limit) and unlike in ("", "none")  # the bound is the product's grade's
-            row = (f"| {name} | {'full' if full else 'first config'} | {seconds:.1f} | {results.get('score', 0):.2f} "
+            row = (f"| {name} | {'full' if full else 'each config, untimed'} | {seconds:.1f} | {results.get('score', 0):.2f} "
                    f"| {failed} of {len(got)} | {unlike or '-'} |")
             print(row, flush=True)
             rows.append(row)
