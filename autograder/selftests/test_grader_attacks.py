@@ -1,9 +1,10 @@
 """Every attack in fixtures/attacks gets the verdict its FIXTURE.toml states.
 
-Each attack is graded once (two at a time, on the problems it names only), and every check
-below reads those reports: a valid results.json, 0 on every attacked test, full marks on the
-control problems, the promised words in the messages, the files left out of the sandbox, and
-no text of the hidden tests or the reference in what a student sees.
+Each attack is graded once (two at a time, on the problems it names only; where it has a
+``keyword``, on the tests that selects), and every check below reads those reports: a valid
+results.json, 0 on every attacked test, full marks on the control problems, the promised words
+in the messages, the files left out of the sandbox, and no text of the hidden tests or the
+reference in what a student sees.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def attack_grades():
         submission = materialize(attack, root / attack.name / "submission")
         out = root / attack.name / "out"
         report = grade(GradeOptions(submission=submission, out=out, problems=list(attack.verdict.problems),
-                                    test_timeout_s=attack.verdict.test_timeout, quiet=True, jobs=2))
+                                    keyword=attack.verdict.keyword, test_timeout_s=attack.verdict.test_timeout,
+                                    quiet=True, jobs=2))
         return attack.name, (attack, report, json.loads((out / "results.json").read_text()))
 
     try:
@@ -59,6 +61,16 @@ def _entries(results: dict, problem: str) -> list[dict]:
 
 def test_the_catalog_is_not_empty():
     assert len(ATTACKS) >= 10, NAMES
+
+
+def test_a_keyword_narrows_only_the_attacked_tests():
+    """An attack's ``keyword`` may leave out tests of its attacked problems, never of its control
+    problems: each control problem is one of its alternatives (-k matches a test's file name)."""
+    for attack in ATTACKS:
+        if attack.verdict.keyword:
+            alternatives = {part.strip() for part in attack.verdict.keyword.split(" or ")}
+            missing = [problem for problem in attack.verdict.control if problem not in alternatives]
+            assert not missing, f"{attack.name}: keyword {attack.verdict.keyword!r} must select all of {missing}"
 
 
 @pytest.mark.parametrize("name", NAMES)
