@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import materialize
+from fixtures.fairness import FIXTURES as FAIRNESS
 from fixtures.mutants import MUTANTS
 from autograder.grade import GradeOptions, grade
 from autograder.manifest import load_manifest
@@ -125,11 +126,18 @@ def test_stub_grade_matches_reference_grade_test_for_test(stub_grade, reference_
 # -- the mutants ----------------------------------------------------------------------------
 
 GRADABLE = [m for m in MUTANTS if not m.verdict.gpu_only or gpus.count()]
+# test_grader_fairness.py grades two of these mutants end to end already, as fairness fixtures
+# built on them (float16_accumulator_pytorch and _triton), and checks that they lose points on
+# their problems: those problems' scoring paths are covered there.
+LOST_IN_FAIRNESS = {problem for fixture in FAIRNESS if fixture.base.startswith("fixtures/mutants/")
+                    for problem in fixture.verdict.lose_points}
 # Every mutant's tests are shown to fail by test_mutant_catalog.py; here the grader turns failures
 # into lost points, which does not depend on the mistake: one mutant per problem it breaks (the
-# first in the catalog) is graded end to end, so each problem's scoring path is covered once.
+# first in the catalog) is graded end to end, so each problem's scoring path is covered once,
+# here or in test_grader_fairness.py.
 GRADABLE_MUTANTS = [m for m in GRADABLE
-                    if any(next(g for g in GRADABLE if problem in g.verdict.breaks) is m for problem in m.verdict.breaks)]
+                    if any(next(g for g in GRADABLE if problem in g.verdict.breaks) is m
+                           for problem in m.verdict.breaks if problem not in LOST_IN_FAIRNESS)]
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +156,14 @@ def mutant_grades():
             yield dict(pool.map(run, GRADABLE_MUTANTS))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_every_problem_a_mutant_breaks_loses_points_in_some_grade():
+    """Each problem that a gradable mutant breaks is graded end to end on one: here, or as a
+    fairness fixture built on a mutant that must lose points on it."""
+    broken = {problem for mutant in GRADABLE for problem in mutant.verdict.breaks}
+    graded = {problem for mutant in GRADABLE_MUTANTS for problem in mutant.verdict.breaks}
+    assert broken <= graded | LOST_IN_FAIRNESS, sorted(broken - graded - LOST_IN_FAIRNESS)
 
 
 @pytest.mark.parametrize("mutant", GRADABLE_MUTANTS, ids=[m.name for m in GRADABLE_MUTANTS])
