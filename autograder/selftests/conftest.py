@@ -14,6 +14,11 @@ once, by the first process that needs them (``_once_per_run``). Naming paths, or
 ``-p no:xdist``, runs as asked; without pytest-xdist installed everything runs in one process.
 (``--dist loadgroup`` could keep the files that share a grade in one process instead, but xdist
 3.8 cannot group tests under pytest 9, whose test ids no longer read the attribute xdist rewrites.)
+
+The files go out heaviest first (``HEAVIEST_FIRST``, then the rest in collection order), so that
+the last files the two processes run are short and neither waits long for the other at the end.
+xdist's own order (files with the most tests first) left the few-test files that grade whole
+submissions (the contract's two full runs, the Gradescope emulation) for the end of the run.
 """
 
 from __future__ import annotations
@@ -35,17 +40,69 @@ from autograder.release import build_release
 
 KIT = Path(__file__).resolve().parents[2]
 WORKERS = 2
+# The files of a plain run that cost the most, most first: about that many seconds of CPU on a
+# 2-core machine (2026-12-04). test_grader_submissions.py counts the reference's and the stubs'
+# session grades and goes early, so that they are made before the other files that read them;
+# test_batch_real_slurm.py mostly waits on Slurm, which is best done beside a busy file.
+HEAVIEST_FIRST = (
+    "autograder/selftests/test_grader_attacks.py",  # 330
+    "autograder/selftests/test_grader_fairness.py",  # 200
+    "autograder/selftests/test_grader_submissions.py",  # 120
+    "autograder/selftests/test_gradescope_emulation.py",  # 145
+    "autograder/selftests/test_distributed_mutants.py",  # 125
+    "autograder/selftests/test_submission_contract.py",  # 100
+    "autograder/selftests/test_batch.py",  # 75
+    "autograder/selftests/test_batch_real_slurm.py",  # 60 s on the clock, most of it waiting
+    "autograder/selftests/test_same_grade.py",  # 65
+    "autograder/selftests/test_grader_runner.py",  # 55
+    "autograder/selftests/test_autotune_modes.py",  # 55
+    "autograder/selftests/test_release.py",  # 45
+    "autograder/selftests/test_mutant_catalog.py",  # 40
+    "autograder/selftests/test_no_triton.py",  # 35
+    "leaderboard/tests/test_training_step_cpu.py",  # 30
+    "autograder/selftests/test_grader_schedule.py",  # 30
+    "autograder/selftests/test_gpu_quiet.py",  # 25
+    "leaderboard/tests/test_attacks_cpu.py",  # 20
+)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """Plain ``pytest`` in the kit: ``-n 2 --dist loadfile`` when pytest-xdist is there and nothing
-    else was asked (runs before xdist's own hook, which reads these options)."""
+    """Plain ``pytest`` in the kit: ``-n 2 --dist loadfile``, files in collection order, when
+    pytest-xdist is there and nothing else was asked (runs before xdist's own hook, which reads
+    these options)."""
     if (config.args_source is pytest.Config.ArgsSource.TESTPATHS and config.pluginmanager.hasplugin("xdist")
             and config.option.numprocesses is None and config.option.dist == "no"
             and not hasattr(config, "workerinput")):
         config.option.numprocesses = WORKERS
         config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # files go out in the order pytest_collection_modifyitems gives
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist's controller, for each worker it starts: a run that hands out files in collection
+    order (plain ``pytest``) tells its workers to collect the heaviest first. (Workers parse the
+    command line afresh, so they never see the options ``pytest_cmdline_main`` set.)"""
+    node.workerinput["heaviest_first"] = node.config.option.loadscopereorder is False
+
+
+def pytest_collection_modifyitems(config, items):
+    """In xdist's workers of a run that hands out files in collection order (plain ``pytest``):
+    the files of ``HEAVIEST_FIRST`` first, in that order, then the rest as collected."""
+    if not getattr(config, "workerinput", {}).get("heaviest_first"):
+        return
+    rank = {path: index for index, path in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
+
+
+def side_by_side() -> int:
+    """How many grades (or pytest jobs) a selftest fixture runs at a time: two when its file runs
+    alone, one in an xdist worker, where the other worker's file keeps the second core busy. Two
+    at a time beside another file cost more CPU than their overlap saved: the attack and fairness
+    files took 707 s of CPU (355 s) with two grades each at a time, 613 s (339 s) with one
+    (2026-12-04, 2 cores, ``-n 2``)."""
+    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 
 
 def _once_per_run(tmp_path_factory, name: str, make):

@@ -1,10 +1,10 @@
 """Every attack in fixtures/attacks gets the verdict its FIXTURE.toml states.
 
-Each attack is graded once (two at a time, on the problems it names only; where it has a
-``keyword``, on the tests that selects), and every check below reads those reports: a valid
-results.json, 0 on every attacked test, full marks on the control problems, the promised words
-in the messages, the files left out of the sandbox, and no text of the hidden tests or the
-reference in what a student sees.
+Each attack is graded once (on the problems it names only; where it has a ``keyword``, on the
+tests that selects; two at a time when this file runs alone, one at a time beside another file),
+and every check below reads those reports: a valid results.json, 0 on every attacked test, full
+marks on the control problems, the promised words in the messages, the files left out of the
+sandbox, and no text of the hidden tests or the reference in what a student sees.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 from fixtures import materialize
 from fixtures.attacks import ATTACKS, KIT
 from autograder.grade import GradeOptions, grade
+from autograder.selftests.conftest import side_by_side
 from autograder.selftests.gradescope_schema import problems_with
 
 NAMES = [attack.name for attack in ATTACKS]
@@ -45,7 +46,7 @@ def attack_grades():
         return attack.name, (attack, report, json.loads((out / "results.json").read_text()))
 
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=side_by_side()) as pool:
             yield dict(pool.map(run, ATTACKS))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -1,14 +1,15 @@
 """Every fairness fixture (fixtures/fairness) gets the outcome its FIXTURE.toml states.
 
 Staff only. Issue: grading real student FlashAttention-2 code fairly. Each fixture is graded
-once on this machine (two at a time, two test processes each, on its problems and -k filter
-only), and the checks read results.json: the tests that must pass passed (a Triton kernel that
-crashes its process costs no PyTorch test; an autotuned kernel is graded on the CPU), the tests
-that must fail failed (an unrelated error of the right type, or a refusal after a kernel
-launch, earns no bad-input credit; a float16 accumulator loses points), and tests that need a
-GPU stay "not graded on this runner". What only a GPU can show is in each fixture's gpu_note.
-Part 2's fixtures are correct variants (dividing before the all-reduce, ReduceOp.AVG, round-robin
-owners, reentrant checkpointing) that must keep every point gradable here.
+once on this machine (two test processes each, on its problems and -k filter only; two at a
+time when this file runs alone, one at a time beside another file), and the checks read
+results.json: the tests that must pass passed (a Triton kernel that crashes its process costs
+no PyTorch test; an autotuned kernel is graded on the CPU), the tests that must fail failed (an
+unrelated error of the right type, or a refusal after a kernel launch, earns no bad-input
+credit; a float16 accumulator loses points), and tests that need a GPU stay "not graded on this
+runner". What only a GPU can show is in each fixture's gpu_note. Part 2's fixtures are correct
+variants (dividing before the all-reduce, ReduceOp.AVG, round-robin owners, reentrant
+checkpointing) that must keep every point gradable here.
 ``CS336_FAIRNESS=name,name`` grades only those fixtures.
 """
 
@@ -27,6 +28,7 @@ import pytest
 from fixtures import materialize
 from fixtures.fairness import FIXTURES
 from autograder.grade import GradeOptions, grade
+from autograder.selftests.conftest import side_by_side
 from autograder.selftests.gradescope_schema import problems_with
 
 NAMES = [fixture.name for fixture in FIXTURES]
@@ -48,7 +50,7 @@ def fairness_grades():
         return fixture.name, (fixture, json.loads((out / "results.json").read_text()))
 
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:  # two grades at a time, as the attack selftest
+        with ThreadPoolExecutor(max_workers=side_by_side()) as pool:  # as the attack selftest
             yield dict(pool.map(run, [fixture for fixture in FIXTURES if not ONLY or fixture.name in ONLY]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
