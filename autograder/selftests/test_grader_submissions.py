@@ -160,7 +160,13 @@ def mutant_grades():
 
 def test_every_problem_a_mutant_breaks_loses_points_in_some_grade():
     """Each problem that a gradable mutant breaks is graded end to end on one: here, or as a
-    fairness fixture built on a mutant that must lose points on it."""
+    fairness fixture built on a mutant of this catalog that breaks it and must lose points on it."""
+    by_name = {mutant.name: mutant for mutant in MUTANTS}
+    for fixture in FAIRNESS:
+        if fixture.base.startswith("fixtures/mutants/"):
+            mutant = by_name.get(fixture.base.rsplit("/", 1)[1])
+            assert mutant and set(fixture.verdict.lose_points) <= set(mutant.verdict.breaks), (
+                f"{fixture.name}: its base {fixture.base} must be a mutant that breaks {fixture.verdict.lose_points}")
     broken = {problem for mutant in GRADABLE for problem in mutant.verdict.breaks}
     graded = {problem for mutant in GRADABLE_MUTANTS for problem in mutant.verdict.breaks}
     assert broken <= graded | LOST_IN_FAIRNESS, sorted(broken - graded - LOST_IN_FAIRNESS)
