@@ -30,6 +30,8 @@ import pytest
 from tests.harness import gpus
 
 MAX_CONFIGS = 8  # configs checked per autotuner (the handout says so): 8 backward configs fit a test's 120 s
+FIXTURE = "each_autotune_config"  # tests that loop over configs themselves
+AUTOTUNE_ENV = "CS336_AUTOTUNE"  # "full": every test's autotuners benchmark every config, no loop
 
 # The visible every-config tests' shape: ragged for every tile size up to 128 (smaller under the
 # interpreter, which is slow).
@@ -81,10 +83,6 @@ def _which(index: int, total: int) -> str:
     return (f"with config {index} of {total} of your autotuned kernels (counted from 0, after your "
             f"prune_configs_by; every config must be right, handout §2.4; on a CPU, rerun with "
             f"CS336_INTERPRET_AUTOTUNE_CONFIG={index})")
-
-
-FIXTURE = "each_autotune_config"  # tests that loop over configs themselves
-AUTOTUNE_ENV = "CS336_AUTOTUNE"  # "full": every test's autotuners benchmark every config, no loop
 
 
 def loops_over_configs(item) -> bool:
