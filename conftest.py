@@ -94,6 +94,8 @@ def pytest_configure(config):
             gid=config.getoption("--executor-gid"), limits=json.loads(config.getoption("--executor-limits")),
             test_timeout_s=config.getoption("--executor-timeout"),
         ))
+        if not config.option.collectonly:
+            config.executor.start(wait=False)  # it imports torch while pytest collects the tests
 
 
 def pytest_report_header(config):
@@ -103,7 +105,7 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     if config.executor is not None and items:
-        config.executor.start()  # it imports torch while the first tests are set up
+        config.executor.start()  # waits for its greeting, outside every test's time limit
     present = gpus.count()
     for item in items:
         needed = gpus_needed(item)

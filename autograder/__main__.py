@@ -42,6 +42,7 @@ def _grade(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         quiet=args.quiet,
         zygote=not args.no_zygote,
+        timeline=Path(args.timeline).resolve() if args.timeline else None,
     )
     if args.kit:
         options.kit = Path(args.kit)
@@ -139,14 +140,17 @@ def main(argv: list[str] | None = None) -> int:
                             "as the reference. As root every executor runs as an unprivileged user id of its own. "
                             "(Formerly --unisolated, still accepted.)")
     grade.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)  # the old spelling
-    grade.add_argument("--jobs", type=int, help="test process chains at a time (default: up to 4 on a CPU; up to 8 on a GPU "
-                            "runner, at most half the CPUs and one per 16 GiB of GPU memory)")
+    grade.add_argument("--jobs", type=int, help="test process chains at a time (default: up to 4 on a CPU; up to 16 on a GPU "
+                            "runner, at most one per CPU and one per 8 GiB of GPU memory)")
     grade.add_argument("--leaderboard-json", help="JSON with the submission's leaderboard time(s) to report")
     grade.add_argument("--expect-full", action="store_true",
                        help="exit 1 unless every point gradable on this runner was earned (for checking the reference)")
     grade.add_argument("--no-zygote", action="store_true",
                        help="start every test process fresh instead of forking it from a warm one (slower)")
     grade.add_argument("--kit", help=argparse.SUPPRESS)
+    grade.add_argument("--timeline", help="append to this file a JSON line for each test process start and each "
+                       "test's wait for the GPU, start and end, with its chain and wall-clock time: where a grade's "
+                       "time went")
     grade.add_argument("-v", "--verbose", action="store_true", help="print every test as it finishes")
     grade.add_argument("-q", "--quiet", action="store_true", help="print nothing; just write results.json")
     grade.set_defaults(run=_grade)

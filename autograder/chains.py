@@ -17,6 +17,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 from autograder.cpus import usable_cpus
 from autograder.harness_process import base_env
@@ -24,8 +25,8 @@ from autograder.runner import SuiteRun, SuiteSpec, Verdict, run_suite
 from autograder.zygote import Zygote
 from tests.harness import gpus
 
-GPU_JOBS_MAX = 8  # process chains at a time on a GPU runner, at most
-GPU_GIB_PER_JOB = 16  # GPU memory set aside per chain (see default_jobs)
+GPU_JOBS_MAX = 16  # process chains at a time on a GPU runner, at most
+GPU_GIB_PER_JOB = 8  # GPU memory set aside per chain (see default_jobs)
 
 
 def gpu_memory_gib() -> float | None:
@@ -39,10 +40,14 @@ def default_jobs() -> int:
 
     CPU runner: up to 4, at most the CPUs it may use (``usable_cpus``: affinity and cgroup quota).
 
-    GPU runner: up to 8, at most half the CPU count (Triton and inductor compile on the CPU,
-    each test process its own kernels) and at most one per 16 GiB of GPU memory, but never
-    fewer than 2 (2 if nvidia-smi cannot say). 16 GiB per chain: the largest test process (the
-    hidden out-of-memory CLI test) holds about 30 GB for a moment, every other one a few GB.
+    GPU runner: up to 16, at most one per CPU and one per 8 GiB of GPU memory, but never fewer
+    than 2 (2 if nvidia-smi cannot say). A test process is busy on one CPU most of the time
+    (Triton and inductor compile there, each test process its own kernels, and the GPU waits on
+    them): on a 16-core H200, 8 chains left half the CPUs idle and the reference's whole grade
+    took 79 s; 12 took 64 s and 16 took 48 s, the same points each time
+    (records/2026-12-03-h200-grade-opening-and-chains/). 8 GiB per chain: with 12 or 16 chains
+    the GPU held at most 54 GB, the largest test process (the hidden out-of-memory CLI test)
+    about 30 GB for a moment, every other one a few GB.
 
     Sharing one GPU among chains leaves the verdicts alone: the GPU memory checks read the test
     process's own counters (torch.cuda.memory_allocated, its own memory snapshot), which other
@@ -57,7 +62,7 @@ def default_jobs() -> int:
         return min(4, cpus)
     memory = gpu_memory_gib()
     by_memory = 2 if memory is None else max(2, int(memory // GPU_GIB_PER_JOB))
-    return max(1, min(GPU_JOBS_MAX, max(2, cpus // 2), by_memory, cpus))
+    return max(1, min(GPU_JOBS_MAX, by_memory, cpus))
 
 
 _ZYGOTES: dict[tuple, Zygote] = {}
@@ -120,8 +125,10 @@ def file_test_times(runs: list[SuiteRun]) -> str:
     return FILE_TIMES_LINE + "; ".join(f"{file} {total:.1f} s" for file, total in ranked)
 
 
-def run_chains(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
-    """Run the chains, ``jobs`` at a time in the given order, each in its own watchdog thread."""
+def run_chains(specs: list[SuiteSpec], jobs: int,
+               on_chain_end: Callable[[str], None] = lambda suite: None) -> list[SuiteRun]:
+    """Run the chains, ``jobs`` at a time in the given order, each in its own watchdog thread;
+    ``on_chain_end(suite)`` after each chain ends."""
     results: list[SuiteRun | None] = [None] * len(specs)
     queue = list(enumerate(specs))
     lock = threading.Lock()
@@ -139,6 +146,7 @@ def run_chains(specs: list[SuiteSpec], jobs: int) -> list[SuiteRun]:
                                   shard=spec.shard)
                 failed.startup_failure = f"the grader failed while running these tests: {type(error).__name__}: {error}"
                 results[index] = failed
+            on_chain_end(spec.name)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(jobs, len(specs))))]
     for thread in threads:

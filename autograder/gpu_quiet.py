@@ -13,7 +13,13 @@ every test of a GPU grade inside this lock:
 - writers first: once a marked test asks, no new test starts, so it waits only for the tests
   already running, never for a stream of new ones.
 
-The lock is two files in the grade's private folder, which no process of the submission can
+- the opening: the grader holds a third file from before its chains start until every marked
+  test of the first chains' suites has a verdict (``Opening``), and no unmarked test starts
+  meanwhile. Each chain runs its marked tests first (autograder/pytest_plugin.py), so they run
+  while nothing else does, before any long test has started; waiting for the running tests to
+  end once a marked test asks had cost every chain of a GPU grade of the reference 9-11 s.
+
+The lock is three files in the grade's private folder, which no process of the submission can
 open, and flock(2) frees a dead process's hold. The harness takes it before it reports the
 test's start, so the wait is never charged to a test's time limit; it tells the watchdog it is
 waiting (autograder/runner.py), and waits at most ``WAIT_LIMIT_S``. Only a test elsewhere that
@@ -26,6 +32,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +40,7 @@ from typing import Callable, Iterator
 
 ENV_VAR = "CS336_GPU_QUIET_LOCK"  # the lock's folder, set for the harness processes of a GPU grade
 MARKER = "alone_on_gpu"
+OPENING = "opening"  # the file of the grader's hold at the start of a grade (``Opening``)
 WAIT_LIMIT_S = 600.0  # the longest a test waits for the lock (a test's wall-clock backstop is 480 s)
 _POLL_S = 0.02
 
@@ -44,6 +52,7 @@ class GpuQuiet:
         folder.mkdir(mode=0o700, exist_ok=True)
         self._gate = os.open(folder / "gate", os.O_RDWR | os.O_CREAT, 0o600)  # writers first
         self._main = os.open(folder / "main", os.O_RDWR | os.O_CREAT, 0o600)  # shared by tests, one alone
+        self._opening = os.open(folder / OPENING, os.O_RDWR | os.O_CREAT, 0o600)  # the grader's, at first
 
     @contextmanager
     def hold(self, alone: bool, on_wait: Callable[[], None] = lambda: None) -> Iterator[bool]:
@@ -66,6 +75,8 @@ class GpuQuiet:
                         return False
                     time.sleep(_POLL_S)
 
+        if not alone and take(self._opening, fcntl.LOCK_SH):  # after the grade's opening (``Opening``)
+            fcntl.flock(self._opening, fcntl.LOCK_UN)
         held_gate = take(self._gate, fcntl.LOCK_EX)
         held = held_gate and take(self._main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         if held_gate and not alone:
@@ -81,6 +92,68 @@ class GpuQuiet:
                 fcntl.flock(self._main, fcntl.LOCK_UN)
             if held_gate and alone:
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+
+class Opening:
+    """The grader's hold on the start of a GPU grade: from its creation (before any chain starts)
+    until every test marked ``alone_on_gpu`` in ``suites`` has a verdict, no unmarked test of the
+    grade starts. The watchdogs report what they learn: each suite's marked tests when a chain of
+    it has collected (``collected``), each verdict (``settled``), each chain that ended
+    (``chain_ended``: a suite none of whose chains collected has nothing left to wait for). Give
+    ``suites`` only the suites of chains that start at once: a chain queued behind the others
+    cannot collect before they end. ``release`` ends the opening early (the grader calls it when
+    its chains are done, whatever happened), and is safe to call twice.
+
+    A marked test that comes later (a restarted chain's, or a queued suite's) still gets the GPU
+    to itself through the writers-first lock, only after the running tests end."""
+
+    def __init__(self, folder: Path, suites: set[str]):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        self._fd: int | None = os.open(folder / OPENING, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._uncollected = set(suites)
+        self._unsettled: set[str] = set()
+        self._settled: set[str] = set()
+        self._lock = threading.Lock()
+        self._check()
+
+    def collected(self, suite: str, alone: list[str]) -> None:
+        """A chain of ``suite`` collected; ``alone`` are its tests marked ``alone_on_gpu``."""
+        with self._lock:
+            if suite in self._uncollected:
+                self._uncollected.discard(suite)
+                self._unsettled.update(set(alone) - self._settled)
+            self._check()
+
+    def settled(self, nodeid: str) -> None:
+        with self._lock:
+            self._settled.add(nodeid)
+            self._unsettled.discard(nodeid)
+            self._check()
+
+    def chain_ended(self, suite: str) -> None:
+        with self._lock:
+            self._uncollected.discard(suite)
+            self._check()
+
+    @property
+    def open(self) -> bool:
+        """True while unmarked tests are still kept waiting."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        with self._lock:
+            self._release()
+
+    def _check(self) -> None:
+        if not self._uncollected and not self._unsettled:
+            self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)  # not only a close: a forked child may share the descriptor
+            os.close(self._fd)
+            self._fd = None
 
 
 def from_environment() -> GpuQuiet | None:

@@ -24,17 +24,19 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from confine import uid_pool
 from autograder.chains import chain_times, default_jobs, file_test_times, merge, run_chains, zygote_for
 from autograder.cpus import usable_cpus
+from autograder.gpu_quiet import Opening
 from autograder.executor_user import executor_limits, executor_python, protect_staff_files
 from autograder.manifest import Manifest, load_manifest
 from autograder.progress import Progress
 from autograder.results import results_json, slowest_line, write_results
-from autograder.runner import KIT, TIME_LIMIT_RAN_OUT, SuiteRun, SuiteSpec
+from autograder.runner import KIT, TIME_LIMIT_RAN_OUT, SuiteRun, SuiteSpec, append_timeline
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.test_pool import Pool
@@ -67,6 +69,7 @@ class GradeOptions:
     kit: Path = KIT
     manifest: Manifest | None = None
     zygote: bool = True
+    timeline: Path | None = None  # a JSON-lines file of when each test waited, started and ended
 
 
 @dataclass
@@ -106,6 +109,8 @@ def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[s
 def grade(options: GradeOptions) -> GradeReport:
     """Grade ``options.submission``; always returns (and writes, with ``out``) a complete results dict."""
     started = time.monotonic()
+    if options.timeline is not None:
+        append_timeline(options.timeline, "grade")  # the chains' events follow (autograder/runner.py)
     kit = options.kit.resolve()
     manifest = options.manifest or load_manifest()
     printer = Progress(options.verbose, options.quiet)
@@ -126,16 +131,9 @@ def grade(options: GradeOptions) -> GradeReport:
                 and set(options.suites) == set(SUITE_DIRS))
     notes: list[str] = []
 
-    # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA (tests/harness/gpus.py).
-    if options.require_gpu and not gpus.probe_count():
-        message = ("--require-gpu was given but this runner has no CUDA GPU (torch.cuda.is_available() is False); "
-                   "no test was run. Grade on a GPU runner, or drop --require-gpu to grade on CPU.")
-        print(f"grade: ERROR: {message}", file=sys.stderr, flush=True)
-        results = results_json([], manifest, execution_time=time.monotonic() - started, output=message)
-        path = options.out / "results.json" if options.out else None
-        if path:
-            write_results(path, results)
-        return GradeReport(results, message, seconds=time.monotonic() - started, results_path=path, exit_code=2)
+    # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA
+    # (tests/harness/gpus.py). It imports torch while the grade copies the submission and starts its zygote.
+    gpu_probe = ThreadPoolExecutor(1).submit(gpus.probe_count) if options.require_gpu else None
 
     private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
     shared = Path(tempfile.mkdtemp(prefix="cs336-grade-shared-"))
@@ -145,6 +143,8 @@ def grade(options: GradeOptions) -> GradeReport:
         try:
             intake = copy_submission(options.submission, submission_dir, link_roots=kit_link_roots(kit))
         except SubmissionRejected as error:  # a corrupt zip, or one over the limits: no test runs
+            if gpu_probe is not None and not gpu_probe.result():
+                return _no_gpu(options, manifest, started)
             return _rejected(options, manifest, problems, error, started)
         except SubmissionNotFound as error:
             notes.append(f"no submission found: {error}")
@@ -222,7 +222,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 executor_limits=executor_limits(),
                 threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
-                shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None,
+                shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None, timeline=options.timeline,
                 pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
                           {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
             )
@@ -233,7 +233,22 @@ def grade(options: GradeOptions) -> GradeReport:
         zygote = zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
         for spec in specs:
             spec.zygote = zygote
-        runs = run_chains(specs, jobs)
+        if gpu_probe is not None and not gpu_probe.result():
+            return _no_gpu(options, manifest, started)
+        # On a GPU, the tests marked alone_on_gpu run first, while every other test waits (gpu_quiet.py).
+        opening = Opening(private / "gpu-quiet", {spec.name for spec in specs[:jobs]}) if on_gpu else None
+        if opening is not None:
+            def report(suite: str, outcome) -> None:
+                printer.result(suite, outcome)
+                opening.settled(outcome.nodeid)
+
+            for spec in specs:
+                spec.on_collected, spec.on_result = opening.collected, report
+        try:
+            runs = run_chains(specs, jobs, on_chain_end=opening.chain_ended if opening else lambda suite: None)
+        finally:
+            if opening is not None:
+                opening.release()
         printer.flush_all()
         printer.say(chain_times(chains, specs, runs))
         printer.say(file_test_times(runs))
@@ -241,6 +256,8 @@ def grade(options: GradeOptions) -> GradeReport:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
 
+    if options.timeline is not None:
+        append_timeline(options.timeline, "graded")
     merged = merge(runs)
     tests = collect_tests(manifest, merged, problems, complete)
     table = format_table(tests, problems)
@@ -278,6 +295,18 @@ def grade(options: GradeOptions) -> GradeReport:
             print(f"results: {path}")
         print(f"grade: finished in {seconds:.1f} s", flush=True)
     return GradeReport(results, table, tests, merged, intake, seconds, path, 0, user)
+
+
+def _no_gpu(options: GradeOptions, manifest: Manifest, started: float) -> GradeReport:
+    """The grade of a runner without the GPU that --require-gpu asked for: no test ran."""
+    message = ("--require-gpu was given but this runner has no CUDA GPU (torch.cuda.is_available() is False); "
+               "no test was run. Grade on a GPU runner, or drop --require-gpu to grade on CPU.")
+    print(f"grade: ERROR: {message}", file=sys.stderr, flush=True)
+    results = results_json([], manifest, execution_time=time.monotonic() - started, output=message)
+    path = options.out / "results.json" if options.out else None
+    if path:
+        write_results(path, results)
+    return GradeReport(results, message, seconds=time.monotonic() - started, results_path=path, exit_code=2)
 
 
 def _limit_source(options: GradeOptions, manifest: Manifest, problems, on_gpu: bool) -> str:

@@ -115,6 +115,8 @@ class GraderPlugin:
         if self._pool is not None:  # this chain's starting point in its suite (autograder/test_pool.py)
             order = rotated([item.nodeid for item in items], self._pool.weights, self._pool.start)
             items[:] = [items[position] for position in order]
+        if self._gpu_quiet is not None:  # during the grade's opening, while nothing else runs (gpu_quiet.py)
+            items.sort(key=lambda item: not _alone(item))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
@@ -149,7 +151,7 @@ class GraderPlugin:
         if self._gpu_quiet is None:
             yield
             return
-        alone = item.get_closest_marker(ALONE_ON_GPU) is not None
+        alone = _alone(item)
         waiting = {"type": "waiting", "nodeid": item.nodeid, "alone": alone}
         with self._gpu_quiet.hold(alone, on_wait=lambda: self._signer.send(waiting)):
             yield
@@ -163,7 +165,7 @@ class GraderPlugin:
         from tests.harness import gpus  # the kit's tests package, as the root conftest
         from tests.harness.gpu_marker import gpus_needed
 
-        items = [{"nodeid": item.nodeid, "gpu": gpus_needed(item)} for item in session.items]
+        items = [{"nodeid": item.nodeid, "gpu": gpus_needed(item), "alone": _alone(item)} for item in session.items]
         self._signer.send({"type": "collected", "items": items, "gpus": gpus.count()})
         session.config.pluginmanager.register(_reporter(self._signer, getattr(session.config, "executor", None)),
                                               "cs336-grader-reporter")
@@ -171,6 +173,11 @@ class GraderPlugin:
     def pytest_sessionfinish(self, session, exitstatus):
         if self._signer is not None:
             self._signer.send({"type": "finished", "exitstatus": int(exitstatus)})
+
+
+def _alone(item) -> bool:
+    """Whether the test is marked to run alone on the GPU (autograder/gpu_quiet.py)."""
+    return item.get_closest_marker(ALONE_ON_GPU) is not None
 
 
 def _verdict(nodeid: str, phases: dict, duration: float) -> dict:

@@ -21,6 +21,7 @@ grade's deadline, every remaining test is; so every test always gets a verdict i
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections import defaultdict
@@ -73,12 +74,14 @@ class SuiteSpec:
     threads: int = 1
     on_result: Callable[[str, Verdict], None] = lambda suite, outcome: None
     on_note: Callable[[str, str], None] = lambda suite, note: None
+    on_collected: Callable[[str, list[str]], None] = lambda suite, alone: None  # suite, its alone_on_gpu tests
     kit: Path = KIT
     shard: int = 0
     python: str = sys.executable
     extra_env: dict[str, str] = field(default_factory=dict)
     zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
     gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
+    timeline: Path | None = None  # a file for each test's times (``timeline_line``), or None
 
 
 TIME_LIMIT_RAN_OUT = "the grading time limit ran out"  # in the message of every test the grade's limit cut off
@@ -157,6 +160,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
             wanted = {nodeid.split("::", 1)[0] for nodeid in pending}
             files = [path for path in spec.files if path.relative_to(spec.kit).as_posix() in wanted]
         child = HarnessProcess(spec, files, pending if pending is not None else spec.select, index)
+        timeline_line(spec, "spawn")
         index += 1
         current: str | None = None
         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S  # between tests: collection, start-up
@@ -190,12 +194,15 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                             pending = [item["nodeid"] for item in record["items"]]
                             result.collected = list(pending)
                             gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})
+                            spec.on_collected(spec.name, [item["nodeid"] for item in record["items"]
+                                                          if item.get("alone")])
                         collected = True
                         budget = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
                     elif kind == "finished":
                         child.eof = True
                     elif kind == "waiting" and current is None:  # for the GPU lock (autograder/gpu_quiet.py)
+                        timeline_line(spec, "wait", record.get("nodeid", ""))
                         test_deadline = time.monotonic() + GPU_WAIT_LIMIT_S + STARTUP_TIMEOUT_S
                     elif kind == "start":
                         if current is not None and pending is not None and current in pending:
@@ -203,6 +210,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                                                     "test (the grader's reporting was interfered with)"), crash=True,
                                    ran=True)
                         current = record["nodeid"]
+                        timeline_line(spec, "start", current)
                         budget = Budget(spec.test_timeout_s, WALL_FACTOR * spec.test_timeout_s,
                                         lambda: child.process.pid)
                     elif kind == "result":
@@ -210,6 +218,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         if pending is None or nodeid not in pending:
                             continue
                         progress = True
+                        timeline_line(spec, "end", nodeid, cpu=round(budget.cpu() or 0.0, 2) if budget else None)
                         current = None
                         budget = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -246,6 +255,21 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
             spec.on_note(f"{spec.name}#{spec.shard}", f"restarting the test process for {len(pending)} remaining test(s)")
     result.wall_s = time.monotonic() - started
     return result
+
+
+def timeline_line(spec: SuiteSpec, event: str, nodeid: str = "", **extra) -> None:
+    """Append one event of the chain to ``spec.timeline`` (``grade --timeline``), if given:
+    "spawn" (a test process starts), "wait" (a test waits for the GPU lock), "start" and "end" (a
+    test's verdict came; ``cpu``: its processes' CPU seconds)."""
+    if spec.timeline is not None:
+        append_timeline(spec.timeline, event, f"{spec.name}#{spec.shard}", nodeid, **extra)
+
+
+def append_timeline(path: Path, event: str, chain: str = "", nodeid: str = "", **extra) -> None:
+    """One JSON line: the wall-clock time, the event, the chain and the test."""
+    line = json.dumps({"t": round(time.time(), 3), "event": event, "chain": chain, "nodeid": nodeid, **extra})
+    with open(path, "a") as out:  # one short append: whole lines, whichever thread writes
+        out.write(line + "\n")
 
 
 def _timed_out(budget: Budget) -> str:

@@ -2,8 +2,9 @@
 
 First the lock, between real processes: shared holders run side by side, an alone holder runs
 with no other, a waiting alone holder keeps new shared ones out (so it never waits behind a
-stream of them), a killed holder frees it, and a wait has a limit. Then a toy grade that
-believes it is on a GPU: two chains run their tests side by side, except the marked one.
+stream of them), a killed holder frees it, and a wait has a limit; the grader's opening keeps
+unmarked tests out until the marked ones have verdicts. Then a toy grade that believes it is on
+a GPU: the marked test runs first, alone, and the two chains run the rest side by side.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from autograder import gpu_quiet
-from autograder.gpu_quiet import GpuQuiet
+from autograder.gpu_quiet import GpuQuiet, Opening
+from autograder.tools import grade_timeline
 
 FORK = multiprocessing.get_context("fork")
 
@@ -97,6 +99,33 @@ def test_a_wait_past_the_limit_goes_ahead_and_says_so(tmp_path, capfd):
     assert "went ahead after waiting" in capfd.readouterr().err
 
 
+def test_the_opening_keeps_unmarked_tests_out_until_the_marked_ones_have_verdicts(tmp_path):
+    events = FORK.Queue()
+    opening = Opening(tmp_path, {"visible", "hidden"})
+    shared = _start(tmp_path, False, 0.0, events, "shared")
+    alone = _start(tmp_path, True, 0.0, events, "alone")  # a marked test does not wait for the opening
+    alone.join(30)
+    time.sleep(0.3)
+    opening.collected("visible", ["tests/test_a.py::test_timed"])
+    opening.collected("visible", ["tests/test_a.py::test_timed", "tests/test_a.py::test_other"])  # a second chain
+    opening.settled("tests/test_a.py::test_timed")
+    time.sleep(0.3)
+    assert opening.open, "the hidden suite has not collected: its marked tests may still come"
+    opening.chain_ended("hidden")  # its chain ended without collecting (a failed start-up)
+    assert not opening.open
+    seen = _events(events, [shared])
+    assert ("shared", "waits") in seen and ("alone", "waits") not in seen, seen
+    assert seen[("shared", "in")][0] > seen[("alone", "in")][0] + 0.5, f"an unmarked test ran during the opening: {seen}"
+    opening.release()  # twice is harmless
+
+
+def test_a_verdict_that_comes_before_its_suite_collects_still_counts(tmp_path):
+    opening = Opening(tmp_path, {"hidden"})
+    opening.settled("t::marked")  # another chain of the suite settled it first
+    opening.collected("hidden", ["t::marked"])
+    assert not opening.open
+
+
 QUIET_TESTS = '''
 import json, time
 import pytest
@@ -117,7 +146,7 @@ def test_before(k):
 
 
 @pytest.mark.alone_on_gpu
-def test_timed():  # position 5 of 22: the first chain's sixth test, while the second (from 11) is mid-way
+def test_timed():  # position 5 of 22: without the opening, the first chain's sixth test, the second's mid-way
     began = time.monotonic()
     time.sleep(0.6)
     _log("alone", began)
@@ -131,7 +160,7 @@ def test_after(k):
 '''
 
 
-def test_a_grade_on_a_gpu_runs_the_marked_test_alone_and_the_rest_side_by_side(monkeypatch, tmp_path):
+def test_a_grade_on_a_gpu_runs_the_marked_test_first_alone_and_the_rest_side_by_side(monkeypatch, tmp_path):
     from autograder import chains as chains_module
     from autograder import grade as grade_module
     from autograder.schedule import FileTiming
@@ -148,13 +177,19 @@ def test_a_grade_on_a_gpu_runs_the_marked_test_alone_and_the_rest_side_by_side(m
     monkeypatch.setattr(chains_module, "usable_cpus", lambda: 2)
     report = grade_module.grade(grade_module.GradeOptions(
         submission=submission, out=tmp_path / "out", kit=kit, manifest=manifest, jobs=2, problems=["beta"],
-        quiet=True, test_timeout_s=60))
+        quiet=True, test_timeout_s=60, timeline=tmp_path / "timeline.jsonl"))
     statuses = {test["name"].rsplit("::", 1)[1]: test["status"] for test in report.results["tests"]}
     assert statuses and set(statuses.values()) == {"passed"}, statuses
     spans = {name: (began, ended) for name, began, ended in map(json.loads, log.read_text().splitlines())}
     alone = spans.pop("alone")
     beside = [name for name, (began, ended) in spans.items() if began < alone[1] and alone[0] < ended]
     assert not beside, f"tests ran while the alone_on_gpu test did: {beside} ({spans}, alone {alone})"
+    assert all(began >= alone[1] for began, ended in spans.values()), \
+        f"the alone_on_gpu test did not run first, in the grade's opening: {spans}, alone {alone}"
+    events = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    total, rows = grade_timeline.chain_times(events)
+    assert [event["event"] for event in (events[0], events[-1])] == ["grade", "graded"], events
+    assert sum(row.tests for row in rows) == len(statuses) and len(rows) == 2, rows
     together = [(a, b) for a in spans for b in spans if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
     assert together, f"the two chains' other tests never ran side by side: {spans}"
 
@@ -167,7 +202,7 @@ def test_only_a_gpu_grade_gives_its_harness_processes_the_lock(monkeypatch, tmp_
     kit, submission, manifest = build_toy_kit(tmp_path)
     specs = []
     monkeypatch.setattr(grade_module.gpus, "driver_present", lambda: on_gpu)
-    monkeypatch.setattr(grade_module, "run_chains", lambda given, jobs: (specs.extend(given), [])[1])
+    monkeypatch.setattr(grade_module, "run_chains", lambda given, jobs, **kwargs: (specs.extend(given), [])[1])
     grade_module.grade(grade_module.GradeOptions(submission=submission, out=tmp_path / "out", kit=kit,
                                                  manifest=manifest, jobs=1, problems=["alpha"], quiet=True))
     assert specs and all((spec.gpu_lock is not None) == on_gpu for spec in specs), [spec.gpu_lock for spec in specs]

@@ -106,8 +106,8 @@ def test_chains_run_jobs_at_a_time_in_the_planned_order(monkeypatch, tmp_path):
     ("gpu", "cpus", "memory_gib", "expected"),
     [
         (False, 16, None, 4), (False, 2, None, 2),
-        (True, 16, 140.4, 8), (True, 16, 80.0, 5), (True, 16, 40.0, 2), (True, 16, None, 2),
-        (True, 8, 140.4, 4), (True, 2, 140.4, 2), (True, 1, 140.4, 1), (True, 128, 1000.0, 8),
+        (True, 16, 140.4, 16), (True, 16, 80.0, 10), (True, 16, 40.0, 5), (True, 16, 12.0, 2), (True, 16, None, 2),
+        (True, 8, 140.4, 8), (True, 2, 140.4, 2), (True, 1, 140.4, 1), (True, 128, 1000.0, 16),
     ],
 )
 def test_default_jobs(monkeypatch, gpu, cpus, memory_gib, expected):

@@ -106,6 +106,7 @@ class ExecutorProcess:
         self._to, self._from = -1, -1
         self._prepared = False
         self._log_start = 0
+        self._greeted = False  # the running process has answered "hello"
 
     def _prepare(self) -> None:
         work = self.settings.workdir
@@ -162,13 +163,15 @@ class ExecutorProcess:
 
     def start(self, wait: bool = True) -> None:
         """Start a fresh executor and wait until it answers (its start-up is never charged to a test);
-        ``wait=False`` only starts it, so that it imports torch while the harness does something else."""
-        if self.process is not None:
-            return
+        ``wait=False`` only starts it, so that it imports torch while the harness does something
+        else: the next ``start()`` (every request makes one) then waits for its greeting."""
         began = time.monotonic()
-        self._spawn()
-        if not wait:
+        if self.process is None:
+            self._spawn()
+            self._greeted = False
+        if not wait or self._greeted:
             return
+        self._greeted = True
         try:
             send_frame(self._to, {"op": "hello"})
             reply = recv_frame(self._from, began + START_TIMEOUT_S, 1 << 20)
