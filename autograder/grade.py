@@ -38,7 +38,7 @@ from autograder.progress import Progress
 from autograder.results import results_json, slowest_line, write_results
 from autograder.runner import KIT, TIME_LIMIT_RAN_OUT, SuiteRun, SuiteSpec, append_timeline
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
-from autograder.schedule import DurationsError, load_durations, load_long_tests, plan_chains
+from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.test_pool import Pool
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
@@ -190,13 +190,12 @@ def grade(options: GradeOptions) -> GradeReport:
             notes.append(f"--jobs {jobs} was lowered to {cpus}, the CPUs this grade may use")
             printer.say(f"grade: --jobs {jobs} is more than the {cpus} CPU(s) this grade may use; running {cpus} at a time")
             jobs = cpus
-        on_gpu = gpus.driver_present()
         try:
             durations = load_durations()
-            long_tests = load_long_tests() if on_gpu else {}
         except DurationsError as error:  # a broken timing table must not stop a grade
-            printer.say(f"grade: estimating test files by size, no long tests first: {error}")
-            durations, long_tests = {}, {}
+            printer.say(f"grade: estimating test files by size: {error}")
+            durations = {}
+        on_gpu = gpus.driver_present()
         chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
         at_once = min(jobs, max(1, len(chains)))
         test_timeout = options.test_timeout_s or settings.test_timeout_s
@@ -225,8 +224,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
                 shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None, timeline=options.timeline,
                 pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
-                          {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()},
-                          long_tests),
+                          {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
             )
             for chain in chains
         ]

@@ -32,7 +32,7 @@ import pytest
 
 from autograder.gpu_quiet import MARKER as ALONE_ON_GPU, GpuQuiet
 from autograder.protocol import KEY_BYTES, Signer
-from autograder.test_pool import Pool, leading_order, rotated
+from autograder.test_pool import Pool, rotated
 
 _PR_SET_DUMPABLE = 4
 _MAX_TEXT = 8000
@@ -114,8 +114,6 @@ class GraderPlugin:
             items[:] = [item for item in items if item.nodeid in self._run_only]
         if self._pool is not None:  # this chain's starting point in its suite (autograder/test_pool.py)
             order = rotated([item.nodeid for item in items], self._pool.weights, self._pool.start)
-            items[:] = [items[position] for position in order]
-            order = leading_order([item.nodeid for item in items], self._pool.leading)
             items[:] = [items[position] for position in order]
         if self._gpu_quiet is not None:  # during the grade's opening, while nothing else runs (gpu_quiet.py)
             items.sort(key=lambda item: not _alone(item))

@@ -83,25 +83,6 @@ def load_durations(path: Path = DURATIONS_PATH) -> dict[str, FileTiming]:
     return table
 
 
-def load_long_tests(path: Path = DURATIONS_PATH) -> dict[str, float]:
-    """The table's ``[long_tests]``: {"file::test_function": expected GPU seconds}, which every
-    chain of a GPU grade runs first, longest first (autograder/test_pool.py's ``leading_order``);
-    raise DurationsError naming a bad entry."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise DurationsError(f"cannot read the test durations table {path}: {error}") from error
-    long_tests = {}
-    for name, seconds in data.get("long_tests", {}).items():
-        if "::" not in name or "[" in name:
-            raise DurationsError(f"{path}: [long_tests] {name!r} must be a test function's node id without "
-                                 "parameters, such as \"tests/test_x.py::test_y\"")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise DurationsError(f"{path}: [long_tests] {name!r} must be seconds (a number >= 0); got {seconds!r}")
-        long_tests[name] = float(seconds)
-    return long_tests
-
-
 def _retired_key_hint(entry) -> str:
     """What replaced a key that older tables had, if ``entry`` has one."""
     if not isinstance(entry, dict):

@@ -9,8 +9,7 @@ claim names its chain, so a process that dies leaves its claims to the chain's n
 different point of the suite's collection order, at an even share of the expected seconds
 (autograder/test_durations.toml), and goes round; when its own share is done it takes what is
 left of the others'. So a wrong estimate costs the grade at most about one test's time, never
-a whole file's, and no test runs twice. On a GPU, the longest tests (``[long_tests]`` of the
-table) come before that order in every chain, longest first, so that none of them starts late.
+a whole file's, and no test runs twice.
 
 The claims are files in the grade's private folder, which no process of the submission can open;
 only the harness processes and the grader's watchdog (for tests it fails without running) claim.
@@ -36,7 +35,6 @@ class Pool:
     owner: str
     start: float = 0.0
     weights: dict[str, float] = field(default_factory=dict)
-    leading: dict[str, float] = field(default_factory=dict)  # test function -> seconds: run first (``leading_order``)
 
     def claim(self, nodeid: str) -> bool:
         """True if this chain has ``nodeid`` now: it was free, or this chain claimed it before (a test
@@ -54,14 +52,12 @@ class Pool:
         return True
 
     def as_json(self) -> dict:
-        return {"folder": str(self.folder), "owner": self.owner, "start": self.start, "weights": self.weights,
-                "leading": self.leading}
+        return {"folder": str(self.folder), "owner": self.owner, "start": self.start, "weights": self.weights}
 
     @classmethod
     def from_json(cls, data: dict) -> Pool:
         return cls(Path(data["folder"]), str(data["owner"]), float(data.get("start", 0.0)),
-                   {str(file): float(seconds) for file, seconds in data.get("weights", {}).items()},
-                   {str(test): float(seconds) for test, seconds in data.get("leading", {}).items()})
+                   {str(file): float(seconds) for file, seconds in data.get("weights", {}).items()})
 
 
 def rotated(nodeids: list[str], weights: dict[str, float], start: float) -> list[int]:
@@ -78,14 +74,3 @@ def rotated(nodeids: list[str], weights: dict[str, float], start: float) -> list
     before = accumulate(each, initial=0.0)  # the expected seconds of the tests before each one
     first = next((position for position, done in enumerate(before) if done >= target - 1e-9), 0) % len(nodeids)
     return list(range(first, len(nodeids))) + list(range(first))
-
-
-def leading_order(nodeids: list[str], leading: dict[str, float]) -> list[int]:
-    """The positions of ``nodeids`` with the tests of ``leading`` (test function, without
-    parameters -> expected seconds) first, longest first, and the rest after them in their order.
-    A grade ends when its last chain does: a long test that starts late holds the end, so every
-    chain takes the long tests first, and the claims give each of them to one chain."""
-    def seconds(position: int) -> float:
-        return leading.get(nodeids[position].split("[", 1)[0], 0.0)
-
-    return sorted(range(len(nodeids)), key=lambda position: -seconds(position))

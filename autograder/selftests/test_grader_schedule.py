@@ -18,9 +18,8 @@ import pytest
 from autograder import chains as chains_module
 from autograder import grade as grade_module
 from autograder.runner import SuiteRun, SuiteSpec
-from autograder.schedule import (DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations,
-                                 load_long_tests, plan_chains)
-from autograder.test_pool import Pool, leading_order, rotated
+from autograder.schedule import DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, plan_chains
+from autograder.test_pool import Pool, rotated
 from tests.harness.gpus import ListedGPU
 
 KIT = Path(__file__).resolve().parents[2]
@@ -174,41 +173,6 @@ def test_a_chain_starts_at_its_share_of_the_expected_seconds_and_goes_round():
     assert rotated([], weights, 0.5) == []
 
 
-def test_the_long_tests_come_first_longest_first_and_the_rest_keep_their_order():
-    nodeids = ["tests/test_a.py::short[0]", "tests/test_a.py::long[1]", "tests/test_b.py::longer",
-               "tests/test_a.py::short[1]", "tests/test_a.py::long[2]", "tests/test_b.py::other"]
-    leading = {"tests/test_a.py::long": 10.0, "tests/test_b.py::longer": 20.0, "tests/test_c.py::absent": 30.0}
-    assert leading_order(nodeids, leading) == [2, 1, 4, 0, 3, 5], "every parametrization of a long test leads"
-    assert leading_order(nodeids, {}) == list(range(6))
-
-
-@pytest.mark.parametrize(
-    ("entry", "words"),
-    [
-        ('"tests/test_a.py::test_x" = "slow"', ["test_x", "seconds", "slow"]),
-        ('"tests/test_a.py::test_x" = -2', ["-2"]),
-        ('"tests/test_a.py::test_x[1]" = 2', ["without parameters"]),
-        ('"tests/test_a.py" = 2', ["node id"]),
-    ],
-)
-def test_bad_long_tests_are_named(tmp_path, entry, words):
-    path = tmp_path / "durations.toml"
-    path.write_text(f"[long_tests]\n{entry}\n")
-    with pytest.raises(DurationsError) as error:
-        load_long_tests(path)
-    assert all(word in str(error.value) for word in words), str(error.value)
-
-
-def test_the_kit_long_tests_name_test_functions_of_graded_files():
-    long_tests = load_long_tests(DURATIONS_PATH)
-    assert long_tests, "autograder/test_durations.toml has no [long_tests]"
-    files = load_durations(DURATIONS_PATH)
-    for name in long_tests:
-        path, function = name.split("::")
-        assert path in files, f"[long_tests] {name}: {path} is not in [files]"
-        assert f"def {function}(" in (KIT / path).read_text(), f"[long_tests] {name}: no such test function in {path}"
-
-
 def test_only_the_first_chain_to_claim_a_test_has_it_and_keeps_it_across_its_processes(tmp_path):
     ours, theirs = Pool(tmp_path, "hidden#0"), Pool(tmp_path, "hidden#1")
     assert ours.claim("tests/test_a.py::t") is True
@@ -225,7 +189,7 @@ def test_the_test_process_starts_at_its_point_and_runs_only_what_it_claims(tmp_p
     claims = tmp_path / "claims"
     claims.mkdir()
     selection = tmp_path / "selection.json"
-    pool = Pool(claims, "visible#1", 0.5, {"tests/test_a.py": 1.0, "tests/test_b.py": 1.0}, {"tests/test_a.py::t1": 9.0})
+    pool = Pool(claims, "visible#1", 0.5, {"tests/test_a.py": 1.0, "tests/test_b.py": 1.0})
     selection.write_text(json.dumps({"nodeids": None, "pool": pool.as_json()}))
     nodeids, loaded = load_selection(str(selection))
     assert nodeids is None and loaded == pool
@@ -237,12 +201,12 @@ def test_the_test_process_starts_at_its_point_and_runs_only_what_it_claims(tmp_p
     config = SimpleNamespace(hook=hook, option=SimpleNamespace(collectonly=False))
     items = [SimpleNamespace(nodeid=f"tests/test_{f}.py::t{i}", config=config) for f in "ab" for i in range(2)]
     plugin.pytest_collection_modifyitems(None, config, items)
-    assert [item.nodeid for item in items] == ["tests/test_a.py::t1", "tests/test_b.py::t0", "tests/test_b.py::t1",
-                                               "tests/test_a.py::t0"], "the long test first, then from its point"
+    assert [item.nodeid for item in items] == ["tests/test_b.py::t0", "tests/test_b.py::t1", "tests/test_a.py::t0",
+                                               "tests/test_a.py::t1"]
     assert Pool(claims, "visible#0").claim("tests/test_a.py::t0")  # another chain of the suite took this one
     session = SimpleNamespace(items=items, config=config, testsfailed=0, shouldfail=False, shouldstop=False)
     assert plugin.pytest_runtestloop(session) is True
-    assert ran == ["tests/test_a.py::t1", "tests/test_b.py::t0", "tests/test_b.py::t1"]
+    assert ran == ["tests/test_b.py::t0", "tests/test_b.py::t1", "tests/test_a.py::t1"]
     assert sent == [{"type": "elsewhere", "nodeid": "tests/test_a.py::t0"}]
 
 

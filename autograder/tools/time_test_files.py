@@ -59,10 +59,8 @@ def write_column(text: str, column: str, measured: list[tuple[str, float]]) -> s
         value = f"{column} = {seconds:.0f}" if seconds >= 10 else f"{column} = {seconds:.1f}"
         line = re.compile(rf'^"{re.escape(path)}" = {{(.*)}}$', re.M)
         found = line.search(text)
-        if not found:  # after the last line of [files], which is not the last table
-            rows = list(re.finditer(r'^"[^"]+" = \{.*\}$', text, re.M))
-            at = rows[-1].end() if rows else len(text.rstrip("\n"))
-            text = text[:at] + f'\n"{path}" = {{ {value} }}' + text[at:]
+        if not found:
+            text = text.rstrip("\n") + f'\n"{path}" = {{ {value} }}\n'
             continue
         fields = found.group(1)
         if re.search(rf"\b{column} = [0-9.]+", fields):
