@@ -46,7 +46,7 @@ def default_jobs() -> int:
     them): on a 16-core H200, 8 chains left half the CPUs idle and the reference's whole grade
     took 79 s; 12 took 64 s and 16 took 48 s, the same points each time
     (records/2026-12-03-h200-grade-opening-and-chains/). 8 GiB per chain: with 12 or 16 chains
-    the GPU held at most 54 GB, the largest test process (the hidden out-of-memory CLI test)
+    the GPU held at most 53 GiB, the largest test process (the hidden out-of-memory CLI test)
     about 30 GB for a moment, every other one a few GB.
 
     Sharing one GPU among chains leaves the verdicts alone: the GPU memory checks read the test

@@ -241,6 +241,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         if current is not None and current in pending:
             tail = child.output_tail()
             message = problem_text + ("; its last output:\n" + tail if tail else "")
+            timeline_line(spec, "end", current, cpu=round(budget.cpu() or 0.0, 2) if budget else None, killed=True)
             settle(current, Verdict(current, "failed", message.strip()), crash=True, ran=True)
             progress = True
         elif problem_text is not None and not progress:
@@ -260,7 +261,8 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
 def timeline_line(spec: SuiteSpec, event: str, nodeid: str = "", **extra) -> None:
     """Append one event of the chain to ``spec.timeline`` (``grade --timeline``), if given:
     "spawn" (a test process starts), "wait" (a test waits for the GPU lock), "start" and "end" (a
-    test's verdict came; ``cpu``: its processes' CPU seconds)."""
+    test's verdict came, or ``killed``: its process died or was stopped; ``cpu``: its processes'
+    CPU seconds)."""
     if spec.timeline is not None:
         append_timeline(spec.timeline, event, f"{spec.name}#{spec.shard}", nodeid, **extra)
 

@@ -55,7 +55,7 @@ def chain_times(events: list[dict]) -> tuple[float, list[ChainTimes]]:
             if kind == "wait":
                 asked = when
             elif kind == "start":
-                if free is None:
+                if row.tests == 0 and started is None and free is None:
                     row.first_start = when
                 ready = asked if asked is not None else when  # the chain's wait for the lock is not "between"
                 row.waiting += when - ready
