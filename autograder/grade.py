@@ -133,7 +133,11 @@ def grade(options: GradeOptions) -> GradeReport:
 
     # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA
     # (tests/harness/gpus.py). It imports torch while the grade copies the submission and starts its zygote.
-    gpu_probe = ThreadPoolExecutor(1).submit(gpus.probe_count) if options.require_gpu else None
+    gpu_probe = None
+    if options.require_gpu:
+        probing = ThreadPoolExecutor(1)
+        gpu_probe = probing.submit(gpus.probe_count)
+        probing.shutdown(wait=False)  # its thread ends with the probe
 
     private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
     shared = Path(tempfile.mkdtemp(prefix="cs336-grade-shared-"))

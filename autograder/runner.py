@@ -218,7 +218,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
                         if pending is None or nodeid not in pending:
                             continue
                         progress = True
-                        timeline_line(spec, "end", nodeid, cpu=round(budget.cpu() or 0.0, 2) if budget else None)
+                        timeline_line(spec, "end", nodeid, cpu=_cpu_seconds(budget))
                         current = None
                         budget = None
                         test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -241,7 +241,7 @@ def run_suite(spec: SuiteSpec) -> SuiteRun:
         if current is not None and current in pending:
             tail = child.output_tail()
             message = problem_text + ("; its last output:\n" + tail if tail else "")
-            timeline_line(spec, "end", current, cpu=round(budget.cpu() or 0.0, 2) if budget else None, killed=True)
+            timeline_line(spec, "end", current, cpu=_cpu_seconds(budget), killed=True)
             settle(current, Verdict(current, "failed", message.strip()), crash=True, ran=True)
             progress = True
         elif problem_text is not None and not progress:
@@ -265,6 +265,11 @@ def timeline_line(spec: SuiteSpec, event: str, nodeid: str = "", **extra) -> Non
     CPU seconds)."""
     if spec.timeline is not None:
         append_timeline(spec.timeline, event, f"{spec.name}#{spec.shard}", nodeid, **extra)
+
+
+def _cpu_seconds(budget: Budget | None) -> float | None:
+    """The running test's CPU seconds so far, for the timeline (None between tests)."""
+    return round(budget.cpu() or 0.0, 2) if budget is not None else None
 
 
 def append_timeline(path: Path, event: str, chain: str = "", nodeid: str = "", **extra) -> None:

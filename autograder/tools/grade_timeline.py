@@ -26,7 +26,7 @@ class ChainTimes:
     """One chain's seconds (from the grade's start for ``first_start`` and ``ended``)."""
 
     chain: str
-    first_start: float = 0.0
+    first_start: float | None = None  # None: no test started
     tests: int = 0
     testing: float = 0.0
     cpu: float = 0.0
@@ -55,7 +55,7 @@ def chain_times(events: list[dict]) -> tuple[float, list[ChainTimes]]:
             if kind == "wait":
                 asked = when
             elif kind == "start":
-                if row.tests == 0 and started is None and free is None:
+                if row.first_start is None:
                     row.first_start = when
                 ready = asked if asked is not None else when  # the chain's wait for the lock is not "between"
                 row.waiting += when - ready
@@ -78,7 +78,8 @@ def format_rows(total: float, rows: list[ChainTimes]) -> str:
              f"{'chain':<12} {'first test':>10} {'tests':>6} {'testing':>8} {'CPU':>7} {'GPU wait':>9} "
              f"{'between':>8} {'ended':>7}"]
     for row in rows:
-        lines.append(f"{row.chain:<12} {row.first_start:>10.1f} {row.tests:>6} {row.testing:>8.1f} {row.cpu:>7.1f} "
+        first = "-" if row.first_start is None else f"{row.first_start:.1f}"
+        lines.append(f"{row.chain:<12} {first:>10} {row.tests:>6} {row.testing:>8.1f} {row.cpu:>7.1f} "
                      f"{row.waiting:>9.1f} {row.between:>8.1f} {row.ended:>7.1f}")
     return "\n".join(lines)
 
