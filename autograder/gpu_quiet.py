@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 ENV_VAR = "CS336_GPU_QUIET_LOCK"  # the lock's folder, set for the harness processes of a GPU grade
 MARKER = "alone_on_gpu"
 OPENING = "opening"  # the file of the grader's hold at the start of a grade (``Opening``)
+OPENING_LIMIT_S = 90.0  # the longest the opening lasts (a GPU grade's chains start in about 15 s)
 WAIT_LIMIT_S = 600.0  # the longest a test waits for the lock (a test's wall-clock backstop is 480 s)
 _POLL_S = 0.02
 
@@ -105,9 +106,12 @@ class Opening:
     its chains are done, whatever happened), and is safe to call twice.
 
     A marked test that comes later (a restarted chain's, or a queued suite's) still gets the GPU
-    to itself through the writers-first lock, only after the running tests end."""
+    to itself through the writers-first lock, only after the running tests end. So the opening
+    may end at any time without a test sharing the GPU with a marked one; it ends by itself after
+    ``limit_s``, so that a marked test that never runs first (a chain stuck before it) cannot keep
+    the grade waiting."""
 
-    def __init__(self, folder: Path, suites: set[str]):
+    def __init__(self, folder: Path, suites: set[str], limit_s: float = OPENING_LIMIT_S):
         folder.mkdir(mode=0o700, exist_ok=True)
         self._fd: int | None = os.open(folder / OPENING, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -115,6 +119,9 @@ class Opening:
         self._unsettled: set[str] = set()
         self._settled: set[str] = set()
         self._lock = threading.Lock()
+        self._timer = threading.Timer(limit_s, self.release)
+        self._timer.daemon = True
+        self._timer.start()
         self._check()
 
     def collected(self, suite: str, alone: list[str]) -> None:
@@ -150,6 +157,7 @@ class Opening:
             self._release()
 
     def _release(self) -> None:
+        self._timer.cancel()
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)  # not only a close: a forked child may share the descriptor
             os.close(self._fd)

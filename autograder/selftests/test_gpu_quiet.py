@@ -126,6 +126,16 @@ def test_a_verdict_that_comes_before_its_suite_collects_still_counts(tmp_path):
     assert not opening.open
 
 
+def test_the_opening_ends_by_itself_after_its_limit(tmp_path):
+    opening = Opening(tmp_path, {"hidden"}, limit_s=0.5)  # no chain ever reports
+    began = time.monotonic()
+    while opening.open and time.monotonic() - began < 10:
+        time.sleep(0.05)
+    assert not opening.open and 0.4 < time.monotonic() - began < 5
+    with GpuQuiet(tmp_path).hold(alone=False) as held:
+        assert held, "an unmarked test may start now"
+
+
 QUIET_TESTS = '''
 import json, time
 import pytest
