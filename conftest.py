@@ -60,6 +60,8 @@ def pytest_addoption(parser):
     group.addoption("--executor-dir", default=None, help="folder for the executor's files (default: a temp folder)")
     group.addoption("--executor-uid", type=int, default=None, help="user id the executor runs as (needs root)")
     group.addoption("--executor-gid", type=int, default=None, help="group id the executor runs as (needs root)")
+    group.addoption("--replay-uid", type=int, default=None,
+                    help="user id the replay of Triton kernels runs as (needs root; default: the executor's)")
     group.addoption("--executor-limits", default="{}", help="JSON resource limits for the executor")
     group.addoption("--executor-timeout", type=float, default=None, help="seconds one test may wait on the executor")
 
@@ -92,6 +94,7 @@ def pytest_configure(config):
         config.executor = Executor(ExecutorSettings(
             submission=config.submission_dir, workdir=Path(workdir), uid=config.getoption("--executor-uid"),
             gid=config.getoption("--executor-gid"), limits=json.loads(config.getoption("--executor-limits")),
+            replay_uid=config.getoption("--replay-uid"),
             test_timeout_s=config.getoption("--executor-timeout"),
         ))
         if not config.option.collectonly:
@@ -133,7 +136,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 def pytest_unconfigure(config):
     if getattr(config, "executor", None) is not None:
-        config.executor.stop()
+        config.executor.close()
 
 
 @pytest.fixture(scope="session")

@@ -86,7 +86,8 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
     return env
 
 
-def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int | None) -> list[str]:
+def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int | None,
+                replay_uid: int | None = None) -> list[str]:
     """pytest's command line: the kit's config, the submission, and how to run its executor."""
     args = [
         "-c", str(PYTEST_CONFIG),
@@ -107,6 +108,8 @@ def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int
     ]
     if uid is not None:
         args += ["--executor-uid", str(uid), "--executor-gid", str(uid)]
+    if replay_uid is not None:  # the replay of Triton kernels runs as a user the executor's cannot reach
+        args += ["--replay-uid", str(replay_uid)]
     if spec.keyword:
         args += ["-k", spec.keyword]
     return args + [str(path) for path in files]
@@ -129,12 +132,13 @@ class HarnessProcess:
             run_only_arg = str(path)
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         self.lease = uid_pool.lease(start=os.getpid() + index) if spec.executor_uids else None
+        self.replay_lease = uid_pool.lease(start=os.getpid() + index + 1) if spec.executor_uids else None
         uid = self.lease.uid if self.lease else None
         executor_dir = spec.workdir / f"executor-{spec.name}{spec.shard}-{index}"
         log = open(self.log_path, "wb")
         script = str(Path(__file__).resolve().parent / "harness_pytest.py")
         env = child_env(spec, self.run_id)
-        arguments = pytest_args(spec, files, executor_dir, uid)
+        arguments = pytest_args(spec, files, executor_dir, uid, self.replay_lease.uid if self.replay_lease else None)
         zygote = spec.zygote if spec.zygote is not None and spec.zygote.alive else None
         self.process = None
         if zygote is not None:
@@ -206,9 +210,10 @@ class HarnessProcess:
 
     def _sweep(self) -> None:
         _sweep(self.run_id)
-        if self.lease is not None:
-            self.lease.release()  # kills every process of the executor's uid
-            self.lease = None
+        for lease in (self.lease, self.replay_lease):
+            if lease is not None:
+                lease.release()  # kills every process of the executor's (or the replay's) uid
+        self.lease = self.replay_lease = None
 
     def finish(self) -> int:
         """Wait for the process to end (it closed its pipe), then clean up; return its exit status."""

@@ -8,7 +8,8 @@ side). The folder is ``tests/executor/``; this file is its request layer:
   ``ExecutorFailure``); ``Executor`` here builds on it;
 - ``proxies.py`` is what a test holds (``RemoteAdapters``, ``RemoteObject``);
 - ``autograd_bridge.py`` gives returned tensors a stand-in graph (``saved_tensors``);
-- ``provenance.py`` and ``triton_source.py`` hold the grading rules a Triton call is checked against.
+- ``replay.py`` decides whether a Triton call's outputs are its kernels' work (``replay_server.py``
+  runs the kernels, and nothing else of the submission, in a process of their own).
 
 What a test sees:
 
@@ -24,8 +25,9 @@ What a test sees:
   submission's traceback attached as a note; a crash, a hang or a broken reply raises
   ``ExecutorFailure`` naming what happened (and the limit, when one was hit), later calls in
   the same test raise it again at once, and the next test gets a fresh executor;
-- a function marked as the Triton implementation must launch at least one ``@triton.jit``
-  kernel defined in the submission's own files each time its forward runs (``launches.py``).
+- each call of a function marked as the Triton implementation, and each backward of one, is
+  replayed from its launch record on the harness's own values, in a process that runs only the
+  submission's kernels (``replay.py``): an output the replay does not reproduce earns nothing.
 """
 
 from __future__ import annotations
@@ -33,17 +35,15 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
-import fcntl
 import os
 import select
 import time
 import weakref
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import provenance
+from . import replay as replays
 from .autograd_bridge import GraphLink, stand_in_graph
 from .cpu_clock import WALL_FACTOR, Budget
 from .process import START_TIMEOUT_S, ExecutorFailure, ExecutorProcess, ExecutorSettings, describe_limit
@@ -78,7 +78,10 @@ class Executor(ExecutorProcess):
         self._released_handles: list[int] = []
         self._released_graphs: list[int] = []
         self._inputs: list[torch.Tensor] = []
-        self._provenance = None  # provenance.Verdict, once established
+        self._replays: replays.Replays | None = None  # the kernels-only modules and their process (made on first use)
+        self._triton_graphs: dict[int, dict] = {}  # graph id -> what a Triton call's backward is checked with
+        self._call_args: tuple = ((), {})
+        self._last_graph: int | None = None
         self._sent_max = 0  # the largest request frame of the current test (bytes)
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
 
@@ -138,6 +141,13 @@ class Executor(ExecutorProcess):
             self.stop()
             self._stopped_for_freshness = True
 
+    def close(self) -> None:
+        """Stop the executor and the replay process, and remove the kernels-only modules."""
+        self.stop()
+        if self._replays is not None:
+            self._replays.close()
+            self._replays = None
+
     def restart_if_failed(self) -> None:
         """When the executor failed, start the next one now. The grader's plugin calls this after a
         test's verdict is sent, so that no test's time limit pays for the start-up; otherwise the
@@ -173,6 +183,8 @@ class Executor(ExecutorProcess):
             return tensor.requires_grad_(requires_grad and tensor.is_floating_point())
         if type(graph) is not dict or type(graph.get("id")) is not int:
             raise ProtocolError("a malformed graph record")
+        if self._tag == "triton":
+            self._last_graph = graph["id"]
         inputs = [t for t in self._inputs if t.requires_grad]
         if not inputs or not torch.is_grad_enabled():
             weakref.finalize(tensor, self._released_graphs.append, graph["id"])
@@ -235,30 +247,99 @@ class Executor(ExecutorProcess):
                              "timed out: the submission's process did not start") from None
         except ProtocolError as error:
             raise self._fail(f"the process running the submission sent a malformed reply ({error})") from None
+        began = time.monotonic()
         launches = reply.get("launches") or []
         if not (isinstance(launches, list) and all(isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x)
                                                    for x in launches)):
             raise self._fail("the process running the submission sent a malformed launch record")
         self.launches += [tuple(x) for x in launches]
-        configs = reply.get("autotune_configs")
-        if type(configs) is int and configs > 0:  # the executor's word: it only sets how many configs a check tries
-            self.autotune_configs = max(self.autotune_configs, configs)
+        self._count_configs({(file, name) for name, file in launches}, reply.get("autotune_configs"))
         if "error" in reply:
             if breaks_the_process(reply["error"]):
                 self.fresh_after_test = True
             raise _stand_in(reply["error"], self.settings.limits)
         self._tag = tag
+        self._last_graph = None
         try:
             value = self.codec.decode(reply.get("ok"))
+            record = self.codec.decode(reply["replay"]) if message.get("watch") and "replay" in reply else None
+            self._backward_record = record
         except ProtocolError as error:
             raise self._fail(f"the process running the submission sent a malformed value ({error})") from None
         finally:
             self._tag = None
-        if tag == "triton" and message.get("op") in ("call", "probe") and _holds_tensor(value):
-            provenance.check_triton_call(self.triton_provenance(), self.kernels or {}, launches, reply.get("aten"))
+        if message.get("watch") and message.get("op") == "call" and _holds_tensor(value):
+            self._check_replay(record, self._forward_call(value), began)
         return value
 
+    # -- Triton credit: a replay of the call's launches (replay.py) ------------------------
+
+    def replays(self) -> replays.Replays:
+        if self._replays is None:
+            work = self.settings.workdir
+            uid = self.settings.replay_uid if self.settings.replay_uid is not None else self.settings.uid
+            self._replays = replays.Replays(self.settings.submission, dataclasses.replace(
+                self.settings, workdir=work.with_name(work.name + "-replay"), uid=uid, gid=uid))
+        return self._replays
+
+    def _count_configs(self, launched: set[tuple[str, str]], reported) -> None:
+        """How many configs the every-config loop runs: read from the source of the autotuned kernels
+        that ran (``kernels_only.py``); the executor's own count only where the source cannot be read."""
+        if not launched:
+            return
+        kernels = self.replays().kernels
+        self.autotune_configs = max(self.autotune_configs, kernels.config_count(launched))
+        unreadable = any(key in kernels.autotune and kernels.autotune[key] is None for key in launched)
+        if unreadable and type(reported) is int and reported > 0:
+            self.autotune_configs = max(self.autotune_configs, reported)
+
+    def _config_for(self, op: str) -> int | None:
+        if self._autotune_config is not None and (self._autotune_ops is None or op in self._autotune_ops):
+            return self._autotune_config
+        return None
+
+    def _forward_call(self, value: Any) -> replays.Call:
+        tensors = [t for t in self._inputs if isinstance(t, torch.Tensor)]
+        args, kwargs = self._call_args
+        is_causal = bool(args[3]) if len(args) > 3 else bool(kwargs.get("is_causal", False))
+        Q, K, V = (t.detach() for t in (tensors + [torch.empty(0)] * 3)[:3])
+        output = value if isinstance(value, torch.Tensor) else next(
+            (v for v in (value if isinstance(value, (list, tuple)) else ()) if isinstance(v, torch.Tensor)), None)
+        if self._last_graph is not None and output is not None:
+            self._triton_graphs[self._last_graph] = {"Q": Q, "K": K, "V": V, "O": output.detach(), "is_causal": is_causal}
+        return replays.Call(known={"Q": Q, "K": K, "V": V}, outputs={"O": output} if output is not None else {},
+                            d=int(Q.shape[-1]) if Q.dim() else 1, config=self._config_for("call"), what="forward")
+
+    def _backward_call(self, saved: dict, grad: torch.Tensor, grads: list) -> replays.Call:
+        from tests.checks.flash_reference import attention_float64
+
+        Q, K, V, O = saved["Q"], saved["K"], saved["V"], saved["O"]
+        L = attention_float64(Q, K, V, saved["is_causal"]).L
+        dO = grad.detach()
+        D = (dO.to(torch.float64) * O.to(torch.float64)).sum(-1)
+        outputs = {name: g for name, g in zip(("dQ", "dK", "dV"), grads) if isinstance(g, torch.Tensor)}
+        return replays.Call(known={"Q": Q, "K": K, "V": V, "O": O, "dO": dO, "L": L, "D": D}, outputs=outputs,
+                            d=int(Q.shape[-1]), config=self._config_for("backward"), what="backward")
+
+    def _check_replay(self, record: Any, call: replays.Call, began: float) -> None:
+        """Raise replay.NoCredit unless the replay reproduces the call's outputs. Its time is the
+        grader's, not the test's."""
+        try:
+            if record is None:
+                raise replays.NoCredit(f"the Triton Function's {call.what} sent no record of its launches to replay")
+            try:
+                self.replays().check(record, call)
+            except ProtocolError as error:
+                raise replays.NoCredit(f"the Triton Function's {call.what} sent a launch record the grader "
+                                       f"cannot replay ({error})") from None
+            self._count_configs({(l["file"], l["name"]) for l in record["launches"]}, None)
+        finally:
+            if self.budget is not None:
+                self.budget.exclude(time.monotonic() - began)
+                self.deadline = self.budget.wall_deadline()
+
     _tag: str | None = None
+    _backward_record: Any = None
 
     def _wait_until(self) -> float:
         if self.budget is not None:
@@ -300,56 +381,8 @@ class Executor(ExecutorProcess):
             reply = {"op": "raise", "error": {"base": base, "message": str(error)}}
         send_frame(self._to, reply)
 
-    def triton_provenance(self):
-        """The harness's verdict on whether the submission's Triton kernels compute the attention
-        (``provenance.py``): established once per process, and once per grade through a cache that
-        only the harness's user can write."""
-        if self._provenance is not None:
-            return self._provenance
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        cache = None
-        if self.settings.uid is not None:  # the grader: harnesses of one grade share the verdict
-            folder = self.settings.workdir.parent / ".triton-provenance"
-            folder.mkdir(mode=0o700, exist_ok=True)
-            cache = folder / f"{provenance.cache_key(self.settings.submission, device)}.json"
-        lock = None
-        if cache is not None:
-            lock = os.open(cache.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(lock, fcntl.LOCK_EX)  # a harness of this grade may be establishing it now
-        try:
-            if cache is not None and cache.is_file() and cache.stat().st_uid == os.getuid():
-                self._provenance = provenance.Verdict.from_json(cache.read_text())
-                return self._provenance
-            return self._establish_provenance(cache, device)
-        finally:
-            if lock is not None:
-                os.close(lock)
-
-    def _establish_provenance(self, cache: Path | None, device: str):
-        began = time.monotonic()
-        saved = (self.launches, self._tag, self.failure)
-        work = self.settings.workdir
-
-        def stripped_settings(transform):
-            return dataclasses.replace(self.settings, workdir=work.with_name(work.name + "-stripped"), transform=transform)
-
-        try:
-            verdict = provenance.prove(self, stripped_settings, device)
-        finally:
-            self.launches, self._tag = saved[0], saved[1]
-            if self.budget is not None:  # the check is the grader's cost, not the test's
-                self.budget.exclude(time.monotonic() - began)
-                self.deadline = self.budget.wall_deadline()
-        if self.failure is not None and saved[2] is None:
-            self.failure = None  # the executor died during the check; the next call restarts it
-        self._provenance = verdict
-        if cache is not None:
-            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(verdict.to_json())
-            os.replace(temporary, cache)
-        return verdict
-
     def call(self, target: int | str, attr: str | None, args: tuple, kwargs: dict, tag: str | None = None) -> Any:
+        self._call_args = (args, kwargs)
         encoded = self._encode_args([list(args), kwargs])
         return self.request({"op": "call", "target": target, "attr": attr, "args": encoded[1][0],
                              "kwargs": encoded[1][1], "grad": torch.is_grad_enabled(), "watch": tag == "triton"}, tag)
@@ -377,10 +410,17 @@ class Executor(ExecutorProcess):
         if link.generation != self.generation:
             raise ExecutorFailure("the submission's process was restarted since this output was computed")
         self._inputs = []
-        grads = self.request({"op": "backward", "graph": link.graph_id, "grad": self.codec.encode(grad)})
+        saved = self._triton_graphs.get(link.graph_id)
+        message = {"op": "backward", "graph": link.graph_id, "grad": self.codec.encode(grad)}
+        if saved is not None:
+            message["watch"] = True
+        began = time.monotonic()
+        grads = self.request(message)
         if not isinstance(grads, list) or len(grads) != link.n_inputs or not all(
                 g is None or isinstance(g, torch.Tensor) for g in grads):
             raise ExecutorFailure(f"the backward sent {type(grads).__name__} instead of {link.n_inputs} gradients")
+        if saved is not None:
+            self._check_replay(self._backward_record, self._backward_call(saved, grad, grads), began)
         return grads
 
 

@@ -1,19 +1,33 @@
-"""Which Triton kernels ran: a launch log installed before the submission is imported.
+"""Which Triton kernels ran, and with what: a launch log installed before the submission is imported.
 
-Read by the executor (``server.py``), which installs it, and by ``pytest`` runs without
-``--isolate``, which install it in their own process. Every launch of a ``@triton.jit``
-function (``kernel[grid](...)``, directly or through ``@triton.autotune`` and
-``@triton.heuristics``) goes through ``JITFunction.run`` on a GPU and through
-``InterpretedFunction.run`` under ``TRITON_INTERPRET=1``; both are wrapped here to note the
-kernel's name and the file that defines it. Kernels that torch.compile, FlexAttention or other
-libraries generate are launched another way and never appear, and launches of kernels defined
-outside the submission are dropped: what is left is the submission's own Triton work.
+Read by the executor (``server.py``), which installs it, by ``pytest`` runs without
+``--isolate``, which install it in their own process, and by the leaderboard's worker. Every
+launch of a ``@triton.jit`` function (``kernel[grid](...)``, directly or through
+``@triton.autotune`` and ``@triton.heuristics``) goes through ``JITFunction.run`` on a GPU and
+through ``InterpretedFunction.run`` under ``TRITON_INTERPRET=1``; both are wrapped here to note
+the kernel's name and the file that defines it. Kernels that torch.compile, FlexAttention or
+other libraries generate are launched another way and never appear, and launches of kernels
+defined outside the submission are dropped.
+
+While ``recording()`` is on (a request the harness will replay), each launch is also written
+down in full (``LaunchRecord``): the kernel, its grid, its launch options, and every argument,
+a tensor as a view of a storage numbered in the order the request first passed it to a kernel,
+with that storage's contents as they were just before (a constant, or the values). The record
+is the executor's word, and everything here runs beside the submission, which can rewrite it:
+the harness uses it only as a script to replay (``replay.py``), with values it supplies itself,
+in a process that runs none of the submission's Python. A forged record can only name kernels
+of the submission, and must then compute the attention when replayed.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # the launch options a replay repeats
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,94 @@ class Launch:
 
     name: str
     file: str
+
+
+class LaunchRecord:
+    """The launches of one request, written down for the harness to replay (see the module docstring).
+
+    ``as_data()`` is plain data for ``wire.py``: ``{"launches": [...], "storages": [...]}``, where
+    a launch is ``{"file", "name", "grid": [x, y, z], "options": {...}, "args": {name: value}}``, a
+    value is a number, a string, None, ``["tensor", storage, offset, shape, stride, dtype]``,
+    ``["desc", tensor, shape, strides, block_shape]`` (a host-side tensor descriptor) or
+    ``["dtype", name]``, and a storage is ``{"nbytes", "dtype", "init"}`` with ``init`` either
+    ``["const", value]`` or ``["data", flat tensor]``.
+    """
+
+    def __init__(self) -> None:
+        self.launches: list[dict] = []
+        self.storages: list[dict] = []
+        self._seen: dict[tuple[int, str], int] = {}
+        self._alive: list[Any] = []  # keeps each storage alive, so that no address is reused within the request
+
+    def note(self, kernel, file: str, args: tuple, kwargs: dict, grid) -> None:
+        names = list(getattr(kernel, "arg_names", ()))
+        bound: dict[str, Any] = {}
+        options: dict[str, Any] = {}
+        for name, value in zip(names, args):
+            bound[name] = value
+        for name, value in kwargs.items():
+            if name in names:
+                bound[name] = value
+            elif name in OPTIONS:
+                options[name] = value
+        for param in getattr(kernel, "params", ()):  # defaults the call left out (JITFunction)
+            if param.name not in bound and getattr(param, "default", None) is not None:
+                bound[param.name] = param.default
+        if callable(grid):
+            grid = grid(bound)
+        grid = [int(g) for g in tuple(grid)[:3]]
+        self.launches.append({"file": file, "name": kernel.__name__ if hasattr(kernel, "__name__") else str(kernel),
+                              "grid": grid + [1] * (3 - len(grid)),
+                              "options": {k: v for k, v in options.items() if isinstance(v, (int, bool, str))},
+                              "args": {name: self._value(value) for name, value in bound.items()}})
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            return value
+        base = getattr(value, "base", None)
+        if isinstance(base, torch.Tensor) and hasattr(value, "block_shape"):  # triton.tools.tensor_descriptor
+            return ["desc", self._tensor(base), [int(v) for v in value.shape], [int(v) for v in value.strides],
+                    [int(v) for v in value.block_shape]]
+        inner = getattr(value, "value", value)  # tl.constexpr
+        if inner is not value:
+            return self._value(inner)
+        name = getattr(value, "name", None)
+        if type(value).__module__.startswith("triton") and isinstance(name, str):  # tl.float16 and kin
+            return ["dtype", name]
+        return ["unsupported", type(value).__name__]
+
+    def _tensor(self, tensor: torch.Tensor) -> list:
+        storage = tensor.untyped_storage()
+        key = (storage.data_ptr(), str(tensor.device))
+        if key not in self._seen:
+            self._seen[key] = len(self.storages)
+            self._alive.append(storage)
+            itemsize = tensor.element_size()
+            flat = torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+                storage, 0, (storage.nbytes() // itemsize,), (1,))
+            self.storages.append({"nbytes": storage.nbytes(), "dtype": str(tensor.dtype).removeprefix("torch."),
+                                  "init": _initial(flat)})
+        return ["tensor", self._seen[key], int(tensor.storage_offset()), list(tensor.shape), list(tensor.stride()),
+                str(tensor.dtype).removeprefix("torch.")]
+
+    def as_data(self) -> dict:
+        return {"launches": self.launches, "storages": self.storages}
+
+
+def _initial(flat: torch.Tensor) -> list:
+    """A storage's contents before a launch: one constant, or a copy of the values."""
+    if flat.numel() == 0:
+        return ["const", 0]
+    first = flat[:1]
+    if bool(torch.isnan(first).all()) if flat.is_floating_point() else False:
+        if bool(torch.isnan(flat).all()):
+            return ["const", float("nan")]
+    elif bool((flat == first).all()):
+        value = first.item()
+        return ["const", value]
+    return ["data", flat.detach().cpu().clone()]
 
 
 class LaunchLog:
@@ -35,6 +137,7 @@ class LaunchLog:
     def __init__(self, root: str | None):
         self.root = None if root is None else os.path.join(os.path.realpath(root), "")
         self._launches: list[Launch] = []
+        self.record: LaunchRecord | None = None
 
     def install(self) -> None:
         """Wrap Triton's launch paths; call before the submission imports triton. A log installed
@@ -49,24 +152,39 @@ class LaunchLog:
     def _wrap(self, run):
         log = self
 
-        def logged_run(kernel, *args, **kwargs):
-            if not kwargs.get("warmup", False):
-                log._note(getattr(kernel, "fn", None))
-            return run(kernel, *args, **kwargs)
+        def logged_run(kernel, *args, grid=None, warmup=False, **kwargs):
+            if not warmup:
+                file = log._note(getattr(kernel, "fn", None))
+                if file is not None and log.record is not None:
+                    log.record.note(kernel, file, args, kwargs, grid)
+            return run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
 
         logged_run._cs336_launch_log = self
         logged_run._cs336_original = run
         return logged_run
 
-    def _note(self, fn) -> None:
+    def _note(self, fn) -> str | None:
         code = getattr(fn, "__code__", None)
         if code is None:
-            return
+            return None
         path = os.path.realpath(code.co_filename)
         if self.root is None:
             self._launches.append(Launch(fn.__name__, path))
-        elif path.startswith(self.root):
-            self._launches.append(Launch(fn.__name__, os.path.relpath(path, self.root)))
+            return path
+        if path.startswith(self.root):
+            file = os.path.relpath(path, self.root)
+            self._launches.append(Launch(fn.__name__, file))
+            return file
+        return None
+
+    def recording(self) -> LaunchRecord:
+        """Start writing the launches down in full (until ``stop_recording``)."""
+        self.record = LaunchRecord()
+        return self.record
+
+    def stop_recording(self) -> LaunchRecord | None:
+        record, self.record = self.record, None
+        return record
 
     def take(self) -> list[Launch]:
         """The launches noted since the last call, in order."""

@@ -40,7 +40,8 @@ RUNTIME_PACKAGE = "cs336_executor"
 # network namespace of its own, then the leased user), as its last argument says, before importing torch.
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
               "__import__('confine.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
-              f"__import__('{RUNTIME_PACKAGE}.server', fromlist=['main']).main(sys.argv[2:-1])")
+              f"__import__('{RUNTIME_PACKAGE}.' + sys.argv[2], fromlist=['main']).main(sys.argv[3:-1])")
+ENTRIES = ("server", "replay_server")  # the executor, and the replay process that runs only kernels (replay.py)
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
                "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
                "CS336_INTERPRET_AUTOTUNE_CONFIG")
@@ -74,7 +75,9 @@ class ExecutorSettings:
     test_timeout_s: float | None = None
     python: str = sys.executable
     wall_timeout_s: float | None = None
-    transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy (provenance.py)
+    transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy
+    entry: str = "server"  # the module of this package the process runs (ENTRIES)
+    replay_uid: int | None = None  # the user the replay process runs as (replay.py; None: ``uid``)
 
 
 def describe_limit(name: str, value: int | None) -> str:
@@ -199,7 +202,8 @@ class ExecutorProcess:
         identity = [self.settings.uid, self.settings.gid]
         try:
             self.process = subprocess.Popen(
-                [self.settings.python, "-I", "-B", "-c", _BOOTSTRAP, str(work / "runtime"), str(work / "submission"),
+                [self.settings.python, "-I", "-B", "-c", _BOOTSTRAP, str(work / "runtime"), self.settings.entry,
+                 str(work / "submission"),
                  str(to_read), str(from_write), json.dumps(self.settings.limits), json.dumps(identity)],
                 cwd=work / "home", env=self._env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(to_read, from_write), start_new_session=True, umask=0o077,

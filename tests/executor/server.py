@@ -15,7 +15,7 @@ Requests (dicts, see ``wire.py`` for values) and what they return:
     {"op": "getattr", "target": handle id, "name": str}
     {"op": "probe", "name": str, "args", "kwargs", "grad": bool}
         one of the kit's probes (``probes.PROBES``), given the adapters module first
-    {"op": "backward", "graph": id, "grad": tensor}
+    {"op": "backward", "graph": id, "grad": tensor, "watch": bool}
         gradients of a returned tensor's inputs for ``grad``, one per input that required grad
     {"op": "saved", "graph": id}
         the tensors the returned tensor's ``grad_fn`` saved (``saved_tensors``)
@@ -26,7 +26,9 @@ Every request may carry ``"release": {"handles": [...], "graphs": [...]}``, and 
 (each runs its n-th config), else each keeps the first config that launches (``autotune.py``);
 and ``"timing": true`` (a timing test: PyTorch's defaults, see below).
 The reply is ``{"ok": value, "launches": [[kernel, file], ...], "aten": [...], "autotune_configs": n}``
-or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an autotuner had. In
+or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an autotuner had; a
+``watch``ed call or backward also returns ``"replay"``, the full record of its launches
+(``launches.LaunchRecord``), which the harness replays without this process. In
 every request but a timing test's, new tensors hold NaN (``uninitialized.py``);
 while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
@@ -208,11 +210,20 @@ class Server:
 
     def answer(self, request: dict) -> dict:
         mode = request.get("autotune", autotune.FIRST)
+        recording = bool(request.get("watch")) and request.get("op") in ("call", "backward")
+        if recording:
+            self.launch_log.recording()
         with autotune.autotune_mode(mode) as tally, filled(not request.get("timing")):
             try:
                 reply = {"ok": self.handle(request)}
             except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
                 reply = {"error": error_payload(error)}
+        record = self.launch_log.stop_recording() if recording else None
+        if record is not None and "ok" in reply:
+            try:
+                reply["replay"] = self.codec.encode(record.as_data())
+            except Exception as error:  # noqa: BLE001  the harness then has nothing to replay
+                reply["replay_error"] = f"{type(error).__name__}: {error}"[:500]
         reply["autotune_configs"] = tally.configs
         reply["launches"] = [[launch.name, launch.file] for launch in self.launch_log.take()]
         reply["aten"], self.aten = sorted(self.aten), set()

@@ -1,0 +1,238 @@
+"""The replay process: run the submission's kernels, and nothing else of it, on the harness's values.
+
+Started by ``replay.py`` through ``process.py`` (``ExecutorSettings(entry="replay_server")``), as
+its own leased user with the executor's confinement, on a folder that holds only the
+kernels-only modules (``kernels_only.py``) the harness wrote from its own reading of the
+submission's source. No other file of the submission exists here, ``adapters`` is never
+imported, and the executor's process can neither reach this one's memory nor write its files.
+
+Each module is executed with builtins cut down to ``kernels_only.ALLOWED_BUILTINS`` and an
+``__import__`` that admits ``triton``, ``math`` and the other kernels-only modules; the loader
+refuses any top-level statement a kernels-only module does not have. On a GPU, ``@triton.jit``
+compiles each replayed body; under the CPU interpreter, which runs bodies as Python, what a body
+can reach is bounded by ``kernels_only.py``'s rule (names and attributes of Triton's public
+language only), checked by the harness before it wrote the module.
+
+Requests (``wire.py`` frames) and replies:
+
+    {"op": "hello"} -> {"ok": {"pid", "uid"}}
+    {"op": "replay", "launches": [...], "storages": [...]}
+        -> {"ok": {"storages": [flat tensor per storage, after the launches]}} or {"error": {...}}
+
+A storage is ``{"nbytes", "dtype", "init"}``: ``["const", value]``, ``["poison"]`` (NaN, or
+0x7f bytes for integers) or ``["fill", [[offset, shape, stride, dtype, values], ...]]`` (the
+harness's values, written through those views over a poisoned storage). A launch is
+``launches.LaunchRecord``'s, its tensors naming storages by index.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import faulthandler
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import confine.limits
+from confine import identity
+
+from .kernels_only import ALLOWED_BUILTINS
+from .wire import Closed, recv_frame, send_frame
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+           "int32": torch.int32, "int64": torch.int64, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+           "bool": torch.bool}
+_TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+                 torch.int32: "i32", torch.int64: "i64", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+                 torch.bool: "i1"}
+
+
+_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.Assign, ast.FunctionDef, ast.Expr)
+
+
+class Refused(Exception):
+    """A replay that cannot run as asked: the message says why, for the student."""
+
+
+class Modules:
+    """The kernels-only modules under ``root``, loaded with cut-down builtins (``interpret``: whether
+    ``@triton.jit`` makes interpreted functions, as under ``TRITON_INTERPRET=1``)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.loaded: dict[tuple[str, bool], dict] = {}
+
+    def path_of(self, name: str) -> Path | None:
+        for candidate in (self.root / (name.replace(".", "/") + ".py"), self.root / name.replace(".", "/") / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def module(self, name: str, interpret: bool) -> dict:
+        key = (name, interpret)
+        if key in self.loaded:
+            return self.loaded[key]
+        path = self.path_of(name)
+        if path is None:
+            raise Refused(f"no kernels-only module {name}")
+        source = path.read_text()
+        tree = ast.parse(source, filename=str(path))
+        for node in tree.body:  # the harness wrote only these; anything else is not its module
+            if not isinstance(node, _TOP_LEVEL):
+                raise Refused(f"{path.name}: a {type(node).__name__} is not part of a kernels-only module")
+        import triton
+
+        namespace: dict[str, Any] = {"__name__": f"cs336_replay_{'run' if interpret else 'check'}.{name}",
+                                     "__file__": str(path), "__builtins__": self._builtins(interpret)}
+        self.loaded[key] = namespace
+        saved = triton.knobs.runtime.interpret
+        triton.knobs.runtime.interpret = interpret
+        try:
+            exec(compile(source, str(path), "exec"), namespace)  # noqa: S102  kernels-only text, cut-down builtins
+        finally:
+            triton.knobs.runtime.interpret = saved
+        return namespace
+
+    def _builtins(self, interpret: bool) -> dict:
+        allowed = {name: getattr(builtins, name) for name in ALLOWED_BUILTINS if hasattr(builtins, name)}
+        modules = self
+
+        def restricted_import(name, globals=None, locals=None, fromlist=(), level=0):
+            if level == 0 and (name == "math" or name == "triton" or name.startswith("triton.")):
+                return __import__(name, globals, locals, fromlist, level)
+            if level == 0 and modules.path_of(name) is not None:
+                namespace = modules.module(name, interpret)
+                return _Namespace(namespace)
+            raise ImportError(f"a replayed kernel module may import only triton, math and kernels-only modules, not {name}")
+
+        allowed["__import__"] = restricted_import
+        return allowed
+
+
+class _Namespace:
+    """A loaded kernels-only module, as ``from module import name`` sees it."""
+
+    def __init__(self, namespace: dict):
+        self.__dict__.update({k: v for k, v in namespace.items() if not k.startswith("__")})
+
+
+class Replayer:
+    def __init__(self, root: Path):
+        self.modules = Modules(root)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+        self.checked: set = set()
+
+    def kernel(self, file: str, name: str, interpret: bool):
+        module = file[:-3].replace("/", ".") if file.endswith(".py") else file
+        if module.endswith(".__init__"):
+            module = module[: -len(".__init__")]
+        namespace = self.modules.module(module, interpret)
+        kernel = namespace.get(name)
+        if kernel is None or not hasattr(kernel, "run"):
+            raise Refused(f"{file} has no replayable kernel {name}")
+        return kernel
+
+    def run(self, request: dict) -> dict:
+        storages = [self._storage(s) for s in request["storages"]]
+        for index, launch in enumerate(request["launches"]):
+            kernel = self.kernel(launch["file"], launch["name"], self.interpreting)
+            args = [self._arg(launch["args"].get(name), storages) for name in kernel.arg_names]
+            options = {k: v for k, v in launch.get("options", {}).items() if k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
+            if self.interpreting:
+                options = {}
+            grid = tuple(int(g) for g in launch["grid"])
+            try:
+                kernel[grid](*args, **options)
+            except Refused:
+                raise
+            except Exception as error:  # noqa: BLE001  the kernel's own error, named for the student
+                raise Refused(f"launch {index + 1} ({launch['name']}) failed when replayed: "
+                              f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''}") from None
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return {"storages": [typed.cpu() for _, typed in storages]}
+
+    def _storage(self, spec: dict):
+        dtype = _DTYPES[spec["dtype"]]
+        nbytes = int(spec["nbytes"])
+        base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        usable = nbytes - nbytes % torch.empty(0, dtype=dtype).element_size()
+        typed = base[:usable].view(dtype)
+        init = spec["init"]
+        if init[0] == "const":
+            typed.fill_(init[1])
+        else:
+            _poison(typed)
+            if init[0] == "fill":
+                for offset, shape, stride, view_dtype, values in init[1]:
+                    view_base = base[: nbytes - nbytes % torch.empty(0, dtype=_DTYPES[view_dtype]).element_size()]
+                    flat = view_base.view(_DTYPES[view_dtype])
+                    index = torch.arange(flat.numel(), device=self.device).as_strided(shape, stride, offset)
+                    flat[index.reshape(-1)] = values.to(device=self.device, dtype=flat.dtype).reshape(-1)
+        return base, typed
+
+    def _arg(self, value: Any, storages: list):
+        if isinstance(value, list) and value and value[0] == "tensor":
+            _, sid, offset, shape, stride, dtype = value
+            base, _ = storages[sid]
+            torch_dtype = _DTYPES[dtype]
+            flat = base[: base.numel() - base.numel() % torch.empty(0, dtype=torch_dtype).element_size()].view(torch_dtype)
+            return flat.as_strided(shape, stride, offset)
+        if isinstance(value, list) and value and value[0] == "desc":
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            _, tensor, shape, strides, block_shape = value
+            return TensorDescriptor(self._arg(tensor, storages), shape, strides, block_shape)
+        if isinstance(value, list) and value and value[0] == "dtype":
+            import triton.language as tl
+
+            return getattr(tl, {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}.get(value[1], value[1]))
+        if isinstance(value, list):
+            raise Refused(f"an argument the grader cannot replay ({value[-1] if value else 'unknown'})")
+        return value
+
+def _poison(typed: torch.Tensor) -> None:
+    if typed.is_floating_point():
+        typed.fill_(float("nan"))
+    elif typed.dtype == torch.bool:
+        typed.fill_(True)
+    else:
+        typed.view(torch.uint8).fill_(0x7F)
+
+
+def main(argv: list[str]) -> None:
+    root, in_fd, out_fd, limits = argv
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    identity.harden()
+    confine.limits.apply(json.loads(limits))
+    sys.modules.pop("adapters", None)
+    replayer = Replayer(Path(root))
+    in_fd, out_fd = int(in_fd), int(out_fd)
+    while True:
+        try:
+            request = recv_frame(in_fd)
+        except Closed:
+            return
+        op = request.get("op") if isinstance(request, dict) else None
+        try:
+            if op == "hello":
+                reply = {"ok": {"pid": os.getpid(), "uid": os.getuid()}}
+            elif op == "replay":
+                reply = {"ok": replayer.run(request)}
+            else:
+                reply = {"error": {"message": f"unknown request {op!r}"}}
+        except Refused as refusal:
+            reply = {"error": {"message": str(refusal), "refused": True}}
+        except Exception as error:  # noqa: BLE001  reported, never raised past the loop
+            reply = {"error": {"message": f"{type(error).__name__}: {error}"[:2000],
+                               "traceback": traceback.format_exc()[-4000:]}}
+        send_frame(out_fd, reply)
