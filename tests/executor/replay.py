@@ -198,8 +198,23 @@ class Replays:
         if not launches:
             raise NoCredit(f"the Triton Function's {call.what} launched none of your @triton.jit kernels: the "
                            "attention must be computed by your own kernels (handout §2.4, §2.5)")
-        launches = [self._configured(launch, call) for launch in launches]
+        configured = [self._configured(launch, call) for launch in launches]
         storages, unknown = self._initial_storages(record, call)
+        if configured != launches:
+            # Config n of an autotuner, taken from the source: every tensor that holds an output when
+            # the launches replay as reported must still hold it with config n (a wrong config
+            # cannot hide behind a copy of the output that an earlier kernel wrote).
+            as_reported = self._replayed(launches, storages, call)
+            with_config = self._replayed(configured, storages, call)
+            for name in call.outputs:
+                lost = as_reported[name] - with_config[name]
+                if lost:
+                    raise NoCredit(
+                        f"with config {call.config} of your autotuned kernels, taken from your source, the replay "
+                        f"of this {call.what} no longer computes {name} where config {call.config} was asked for "
+                        f"(the launches as your process ran them do): config {call.config} is wrong, or your "
+                        "process did not run it (handout §2.4: every config must be right)")
+        launches = configured
         reply = self._run({"op": "replay", "launches": launches, "storages": storages})
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
@@ -222,6 +237,16 @@ class Replays:
                     "PyTorch may check inputs, allocate outputs, copy, cast, transpose or scale inputs, compute "
                     "D = rowsum(dO * O) and launch kernels; the attention and its gradients must come from your "
                     "@triton.jit kernels (handout §2.4, §2.5).")
+
+    def _replayed(self, launches: list[dict], storages: list[dict], call: Call) -> dict[str, set[int]]:
+        """{output name: indices of the launch-argument views that hold it} after a replay of ``launches``."""
+        reply = self._run({"op": "replay", "launches": launches, "storages": storages})
+        finals = reply.get("ok", {}).get("storages") if isinstance(reply.get("ok"), dict) else None
+        if not isinstance(finals, list) or len(finals) != len(storages):
+            return {name: set() for name in call.outputs}
+        views = self._views(launches, finals)
+        return {name: {i for i, view in enumerate(views) if self._found(output, [view], call, name)}
+                for name, output in call.outputs.items()}
 
     def _configured(self, launch: dict, call: Call) -> dict:
         """The launch with config ``call.config`` of its autotuner, read from the source (not from the executor)."""
