@@ -8,7 +8,7 @@ Triton on the leaderboard.
 
 from __future__ import annotations
 
-from tests.executor.provenance import drop_kernel_stores
+from tests.executor import kernels_only
 from tests.executor.triton_source import kernels_in_directory, kernels_in_sources
 
 ALIASES = b'''
@@ -93,9 +93,32 @@ def test_a_directory_is_read_with_posix_relative_paths(tmp_path):
     assert set(kernels_in_directory(tmp_path)) == {"cs336_systems/k.py"}
 
 
-def test_the_provenance_rewrite_removes_the_stores_of_exactly_those_kernels():
-    source = ALIASES.decode() + "\n\ndef host(x):\n    x.store(3)\n"
-    rewritten, dropped = drop_kernel_stores(source)
-    assert dropped == 2  # plain's and body's (bound by triton.jit(body)); the host function keeps its own
-    assert "tl.store(x, 1)" not in rewritten and "tl.store(x, 2)" not in rewritten
-    assert "x.store(3)" in rewritten
+def test_the_kernels_only_module_keeps_kernels_and_constants_and_nothing_else():
+    source = (
+        "import os\nimport torch\nimport triton\nimport triton.language as tl\n"
+        "SCALE = tl.constexpr(0.5)\nPATH = os.getcwd()\n"
+        "@triton.autotune(configs=[triton.Config({'B': b}, num_warps=w) for b in (16, 32) for w in (4, 8)], key=['n'])\n"
+        "@triton.jit\ndef kernel(x, n, B: tl.constexpr):\n    tl.store(x + tl.arange(0, B), SCALE)\n"
+        "def host(x):\n    return torch.ones(3)\n"
+    )
+    built = kernels_only.build({"cs336_systems/k.py": source})
+    text = built.modules["cs336_systems/k.py"]
+    assert "def kernel" in text and "SCALE" in text
+    assert "def host" not in text and "os.getcwd" not in text and "import torch" not in text and "autotune" not in text
+    assert built.autotune[("cs336_systems/k.py", "kernel")] == [
+        {"kwargs": {"B": b}, "num_warps": w} for b in (16, 32) for w in (4, 8)]
+    assert built.config_count() == 4
+
+
+def test_a_kernel_body_that_reaches_past_triton_is_left_out_with_its_reason():
+    bodies = {
+        "numpy": "    y = tl.load(x).handle.data\n",
+        "dunder": "    y = x.__class__\n",
+        "import": "    import os\n",
+        "builtin": "    y = open('f')\n",
+    }
+    for label, body in bodies.items():
+        source = f"import triton\nimport triton.language as tl\n@triton.jit\ndef kernel(x):\n{body}"
+        built = kernels_only.build({"cs336_systems/k.py": source})
+        assert ("cs336_systems/k.py", "kernel") in built.problems, label
+        assert ("cs336_systems/k.py", "kernel") not in built.kernels, label

@@ -7,7 +7,7 @@ The contract:
 
 - ``adapters.<name>(...)`` calls the adapter in the executor (``Executor.call``); an adapter in
   ``RemoteAdapters.TRITON_ADAPTERS`` tags its results "triton", so that calls of what it returns
-  are checked for the submission's own kernels (``provenance.check_triton_call``);
+  are replayed from their launch records (``replay.py``);
 - a ``RemoteObject`` stays in the executor: its attributes and calls go there, and nothing can be
   set on it; it belongs to one process, so after a restart using it raises ``ExecutorFailure``;
   when the harness drops it, the executor is told to drop its object with the next request;
