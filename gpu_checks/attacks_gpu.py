@@ -23,7 +23,8 @@ from fixtures import materialize  # noqa: E402
 from autograder.grade import GradeOptions, grade  # noqa: E402
 
 
-GPU_ATTACKS = ("triton_do_nothing_kernel", "forged_launch_log", "forged_probe", "triton_is_pytorch")
+GPU_ATTACKS = ("triton_do_nothing_kernel", "forged_launch_log", "forged_probe", "triton_is_pytorch", "triton_sentinel",
+               "triton_numpy_recognises_rerun", "triton_backward_pytorch", "autotune_tally")
 
 
 def _verdict(results: dict, attacked: list[str], patterns: list[str], control: list[str]) -> tuple[list, list]:
