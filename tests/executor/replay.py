@@ -97,12 +97,12 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: floa
 
 def match(view: torch.Tensor, call: Call) -> tuple[str, torch.Tensor] | None:
     """(what it is, the harness's value) if ``view`` holds a value the harness can compute, else None."""
-    values = view.to(torch.float64)
+    values = view.to("cpu", torch.float64)
     if not bool(torch.isfinite(values).all()):
         return None
     rtol, atol = _MATCH_TOLERANCE.get(view.dtype, (0.0, 0.0))
     for name, base in call.known.items():
-        for how, candidate in _shape_candidates(base.to(torch.float64), tuple(view.shape)):
+        for how, candidate in _shape_candidates(base.detach().to("cpu", torch.float64), tuple(view.shape)):
             norm = float((candidate * candidate).sum())
             if norm == 0.0:
                 continue
