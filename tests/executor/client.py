@@ -231,6 +231,8 @@ class Executor(ExecutorProcess):
         try:
             self._sent_max = max(self._sent_max, send_frame(self._to, message))
             limit = max(reply_limit(self._sent_max), reply_bytes)
+            if message.get("watch"):  # the launch record holds the inputs and outputs of every launch too
+                limit = max(limit, REPLY_BASE_BYTES + 12 * self._sent_max)
             while True:
                 self._await_reply()
                 reply = recv_frame(self._from, self._wait_until(), limit)
