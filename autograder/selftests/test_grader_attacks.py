@@ -96,7 +96,9 @@ def test_attack_gets_its_verdict(attack_grades, name):
         lost = [(e["name"], e["output"][:300]) for e in entries if e["status"] != "passed"]
         later = written["extra_data"]["problems"].get(problem, {}).get("gpu_later", 0)
         assert (entries or later) and not lost, f"{name} must cost only the attacked tests; control tests lost: {lost}"
-    outputs = "\n".join(entry["output"] for problem in attack.verdict.attacked for entry in _entries(written, problem))
+    outputs = "\n".join([entry["output"] for problem in attack.verdict.attacked for entry in _entries(written, problem)]
+                        + [entry["output"] for entry in written["tests"]
+                           if any(fnmatch.fnmatch(entry["name"], pattern) for pattern in attack.verdict.attacked_tests)])
     for word in attack.verdict.expect_output:
         assert word in outputs, f"no attacked test's message mentions {word!r}:\n{outputs[:2000]}"
     for item in attack.verdict.left_out:
