@@ -42,7 +42,7 @@ class Job:
     cwd: str
     log: str
     timeout_s: float
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # more environment (the course secret)
 
 
 @dataclass
