@@ -20,6 +20,11 @@ write or not read).
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m leaderboard")
+
 import argparse
 import sys
 from pathlib import Path
