@@ -35,7 +35,7 @@ if not gpus.count():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tests.harness.gpu_marker import gpus_needed, skip_reason  # noqa: E402
-from tests.harness.submission import load_adapters, resolve_submission_dir  # noqa: E402
+from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir  # noqa: E402
 from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -75,7 +75,10 @@ def pytest_configure(config):
     # hundreds of times a run: silence that warning only, and only from the interpreter.
     config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
                             ":DeprecationWarning:triton.runtime.interpreter")
-    config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
+    try:
+        config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
+    except SubmissionError as error:  # one line (pytest's "ERROR: ..."), not an INTERNALERROR traceback
+        raise pytest.UsageError(str(error)) from None
     config.executor = None
     config.triton_skipped = 0
     if not config.getoption("--isolate") and triton_importable():

@@ -202,7 +202,14 @@ def grade_batch(options: BatchOptions) -> int:
         graded.append((submission, results, status))
     ungraded = _ungraded_lines(graded, manifest, gpus_per_job)
     partial = bool(ungraded) and not options.partial
-    csv_path, markdown, png = class_report(out, manifest, graded, options.problems, write_scores=not partial)
+    missing = sum(max((ungraded_points(results) for _, results, status in graded
+                       if results and status.startswith("graded")), key=lambda left: sum(left.values()),
+                      default={}).values())
+    note = (f"PARTIAL: up to {missing:.2f} points of GPU tests were not graded on this runner, and these totals "
+            "leave them out (see summary.md); submissions where no test ran are listed there, not counted here."
+            if ungraded else "")
+    csv_path, markdown, png = class_report(out, manifest, graded, options.problems, write_scores=not partial,
+                                           note=note)
     no_test = [(submission, status) for submission, _, status in graded if status.startswith("no test ran")]
     notes = [f"- no test could run on {len(no_test)} (listed below, 0 points each)"]
     notes += [f"- NO TEST RAN {submission.id} ({submission.label}): {status.split(': ', 1)[1][:300]}"
