@@ -128,7 +128,24 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_collection_finish(session):
+    session.config.collected_items = len(session.items) + getattr(
+        session.config, "deselected_items", 0)
+
+
+def pytest_deselected(items):
+    if items:
+        config = items[0].config
+        config.deselected_items = getattr(config, "deselected_items", 0) + len(items)
+
+
 def pytest_terminal_summary(terminalreporter, config):
+    here = Path(config.invocation_params.dir).resolve()
+    nothing = not getattr(config, "collected_items", 0)
+    if nothing and config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR and here != ROOT:
+        # pytest started in a subfolder (cs336_systems/, say) collects only that folder: nothing
+        terminalreporter.line(f"no tests in {here}: the tests are in {ROOT / 'tests'}; run pytest from the "
+                              f"assignment's folder: cd {ROOT} && .venv/bin/pytest", yellow=True, bold=True)
     if getattr(config, "triton_skipped", 0):
         terminalreporter.section("Triton tests skipped", sep="=", yellow=True)
         terminalreporter.line(HOW_TO_RUN.format(count=config.triton_skipped))

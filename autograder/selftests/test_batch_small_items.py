@@ -5,7 +5,8 @@
 - the histograms count graded work only (not the no-test rows, listed apart), and say when GPU
   points are missing from the totals;
 - ``leaderboard batch --dry-run`` runs nothing, so it needs no GPU;
-- ``pytest --submission /nonexistent`` says so in one line, not 22 lines of INTERNALERROR.
+- ``pytest --submission /nonexistent`` says so in one line, not 22 lines of INTERNALERROR;
+- pytest started in a subfolder (cs336_systems/) says where the tests are, not only "no tests ran".
 """
 
 from __future__ import annotations
@@ -70,3 +71,11 @@ def test_a_missing_submission_folder_is_one_line_not_an_internal_error(tmp_path)
     output = (result.stdout + result.stderr).strip()
     assert "INTERNALERROR" not in output and "Traceback" not in output, output[-2000:]
     assert result.returncode == 4 and len(output.splitlines()) == 1 and "does not exist" in output, output
+
+
+def test_pytest_started_in_a_subfolder_says_where_the_tests_are():
+    """It collected nothing and said only "no tests ran"."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"],
+                            cwd=KIT / "cs336_systems", capture_output=True, text=True, timeout=300)
+    assert result.returncode == 5, result.stdout[-2000:]
+    assert f"the tests are in {KIT / 'tests'}" in result.stdout and f"cd {KIT} && .venv/bin/pytest" in result.stdout
