@@ -35,7 +35,7 @@ if not gpus.count():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tests.harness.gpu_marker import gpus_needed, skip_reason  # noqa: E402
-from tests.harness.submission import load_adapters, resolve_submission_dir  # noqa: E402
+from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir  # noqa: E402
 from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -77,7 +77,10 @@ def pytest_configure(config):
     # hundreds of times a run: silence that warning only, and only from the interpreter.
     config.addinivalue_line("filterwarnings", "ignore:Conversion of an array with ndim > 0 to a scalar"
                             ":DeprecationWarning:triton.runtime.interpreter")
-    config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
+    try:
+        config.submission_dir = resolve_submission_dir(config.getoption("--submission"), ROOT)
+    except SubmissionError as error:  # one line (pytest's "ERROR: ..."), not an INTERNALERROR traceback
+        raise pytest.UsageError(str(error)) from None
     config.executor = None
     config.triton_skipped = 0
     if not config.getoption("--isolate") and triton_importable():
@@ -128,7 +131,24 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_collection_finish(session):
+    session.config.collected_items = len(session.items) + getattr(
+        session.config, "deselected_items", 0)
+
+
+def pytest_deselected(items):
+    if items:
+        config = items[0].config
+        config.deselected_items = getattr(config, "deselected_items", 0) + len(items)
+
+
 def pytest_terminal_summary(terminalreporter, config):
+    here = Path(config.invocation_params.dir).resolve()
+    nothing = not getattr(config, "collected_items", 0)
+    if nothing and config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR and here != ROOT:
+        # pytest started in a subfolder (cs336_systems/, say) collects only that folder: nothing
+        terminalreporter.line(f"no tests in {here}: the tests are in {ROOT / 'tests'}; run pytest from the "
+                              f"assignment's folder: cd {ROOT} && .venv/bin/pytest", yellow=True, bold=True)
     if getattr(config, "triton_skipped", 0):
         terminalreporter.section("Triton tests skipped", sep="=", yellow=True)
         terminalreporter.line(HOW_TO_RUN.format(count=config.triton_skipped))

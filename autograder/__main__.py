@@ -3,7 +3,8 @@
     python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
     python -m autograder bundle [--out dist/gradescope_autograder.zip]
     python -m autograder release [--out dist/student]
-    python -m autograder batch EXPORT --out DIR [--cluster local|slurm] [--gpus auto] [--jobs N] [--dry-run] [--partial]
+    python -m autograder batch EXPORT --out DIR --bundle ZIP [--cluster local|slurm] [--gpus auto] [--jobs N]
+                                   [--dry-run] [--partial]
 
 SUBMISSION is a directory holding adapters.py and cs336_systems/, or the zip that
 make_submission.sh writes. ``grade`` always writes DIR/results.json (Gradescope's format) and
@@ -12,6 +13,11 @@ finds no GPU, and 1 with --expect-full when not every gradable point was earned.
 """
 
 from __future__ import annotations
+
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder")
 
 import argparse
 import json
@@ -100,6 +106,13 @@ def _batch(args: argparse.Namespace) -> int:
     from autograder.batch.executors import SlotError
     from autograder.batch.export import ExportError
     from autograder.batch.grading import BatchOptions, grade_batch
+    from autograder.bundle import BundleError, course_secret_for_batch
+
+    try:
+        secret = course_secret_for_batch(Path(args.bundle) if args.bundle else None, args.secret)
+    except BundleError as error:
+        print(f"batch: {error}", file=sys.stderr)
+        return 2
 
     if args.gpus_per_job < 0 or args.gpus_per_job == 0 and args.cluster == "local":
         raise SystemExit(f"batch: --gpus-per-job {args.gpus_per_job}: expected 1 or more (0, CPU jobs, is for "
@@ -112,7 +125,7 @@ def _batch(args: argparse.Namespace) -> int:
             export=Path(args.export), out=Path(args.out), cluster=cluster,
             problems=[name for name in args.problems.split(",") if name] if args.problems else None,
             grade_jobs=args.grade_jobs, test_timeout=args.test_timeout, timeout=args.timeout,
-            dry_run=args.dry_run, partial=args.partial)
+            dry_run=args.dry_run, partial=args.partial, secret=secret)
         return grade_batch(options)
     except (ExportError, SlotError) as error:
         print(f"batch: {error}", file=sys.stderr)
@@ -173,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                                 "write each results.json, a class CSV and histograms")
     add_flags(batch, "cs336-grade")
     batch.add_argument("--out", required=True, help="folder for results, logs, scores.csv, histograms, summary")
+    batch.add_argument("--bundle", help="the Gradescope autograder zip that `bundle` wrote (the one uploaded): each "
+                       "grade uses its course secret, so hidden cases and examples are Gradescope's. Required, "
+                       "unless --secret or $CS336_HIDDEN_SEED gives the same secret")
+    batch.add_argument("--secret", help="the course secret itself (the bundle's kit/autograder/hidden_seed), "
+                       "instead of --bundle")
     batch.add_argument("--problems", help="grade only these problems (comma-separated; passed to each grade)")
     batch.add_argument("--grade-jobs", type=int, help="--jobs of each grade (test process chains at a time)")
     batch.add_argument("--gpus-per-job", type=int, default=1,

@@ -10,10 +10,15 @@ The bundle embeds the course's hidden seed as ``kit/autograder/hidden_seed``: th
 choose (``--secret``, or ``$CS336_HIDDEN_SEED``), else a fresh random one made at bundle time.
 Gradescope passes no environment to run_autograder, which reads the file (root only after
 setup.sh's lock_down.sh) and exports it as ``CS336_HIDDEN_SEED``.
+
+The GPU batch after the deadline must grade with that same secret (it chooses the hidden cases
+and every visible example): ``python -m autograder batch EXPORT --bundle ZIP`` reads it back
+with ``bundle_secret``, and ``course_secret_for_batch`` says where to find it when it is missing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import stat
@@ -79,3 +84,59 @@ def build_bundle(out: Path, *, kit: Path = KIT, secret: str | None = None) -> Pa
         info.external_attr = (0o600 | stat.S_IFREG) << 16
         archive.writestr(info, seed + "\n")
     return out
+
+
+def bundle_secret(bundle: Path) -> str:
+    """The hidden seed embedded in the bundle zip ``bundle`` (its ``SEED_FILE``). BundleError, saying
+    what is wrong, when the file is not a zip or holds no seed."""
+    bundle = Path(bundle)
+    try:
+        with zipfile.ZipFile(bundle) as archive:
+            secret = archive.read(SEED_FILE).decode("utf-8").strip()
+    except FileNotFoundError:
+        raise BundleError(f"{bundle}: no such file; pass the zip that `python -m autograder bundle` wrote (by "
+                          "default dist/gradescope_autograder.zip), the one uploaded to Gradescope") from None
+    except KeyError:
+        raise BundleError(f"{bundle} holds no {SEED_FILE}: it is not a bundle that `python -m autograder bundle` "
+                          "wrote") from None
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        raise BundleError(f"{bundle}: cannot read it as the Gradescope bundle zip ({error})") from None
+    if len(secret) < MIN_SECRET_CHARS:
+        raise BundleError(f"{bundle}: its {SEED_FILE} holds {len(secret)} characters, fewer than "
+                          f"{MIN_SECRET_CHARS}; rebuild the bundle")
+    return secret
+
+
+NO_SECRET = ("no course secret: the grades would use the kit's default secret, not the one your Gradescope "
+             "autograder grades with, so hidden cases and visible examples (and verdicts) would differ from "
+             "Gradescope's. The secret is in the bundle you uploaded (dist/gradescope_autograder.zip unless "
+             "`bundle --out` said otherwise), as " + SEED_FILE + ": pass --bundle ZIP (or --secret, or set "
+             "$CS336_HIDDEN_SEED to the output of `unzip -p ZIP " + SEED_FILE + "`)")
+
+
+def course_secret_for_batch(bundle: Path | None, secret: str | None, environ=os.environ) -> str:
+    """The course secret a batch grades with: the ``bundle`` zip's, else ``secret``, else
+    ``$CS336_HIDDEN_SEED``. BundleError (NO_SECRET: where the secret is) when none is given,
+    when two disagree, or when one is too short."""
+    given = {}
+    if bundle is not None:
+        given["--bundle"] = bundle_secret(bundle)
+    if secret is not None:
+        given["--secret"] = secret.strip()
+    if environ.get("CS336_HIDDEN_SEED"):
+        given["$CS336_HIDDEN_SEED"] = environ["CS336_HIDDEN_SEED"].strip()
+    if not given:
+        raise BundleError(NO_SECRET)
+    if len(set(given.values())) > 1:
+        raise BundleError(f"{' and '.join(given)} give different course secrets; keep the one Gradescope grades "
+                          "with (the bundle's)")
+    name, value = next(iter(given.items()))
+    if len(value) < MIN_SECRET_CHARS:
+        raise BundleError(f"{name}: the course secret must have at least {MIN_SECRET_CHARS} characters")
+    return value
+
+
+def secret_digest(secret: str) -> str:
+    """A short one-way digest of the course secret, for records that must tell secrets apart (the
+    batch's resume key) without holding the secret."""
+    return hashlib.sha256(f"cs336-course-secret/{secret}".encode()).hexdigest()[:16]

@@ -106,6 +106,22 @@ def _test_files(kit: Path, manifest: Manifest, suites, problems) -> tuple[dict[s
     return files, unmapped
 
 
+DIAGNOSTICS_LOG = "grade.log"  # in --out: the staff's timing lines (autograder/tools/time_test_files.py reads them)
+
+
+def staff_diagnostics(options: GradeOptions, lines: list[str], printer: Progress) -> None:
+    """Where the staff's timing lines go (``grade: chain times``, ``grade: test time per file``):
+    appended to ``--out``/grade.log, and to the console only with ``--verbose``. A student or TA
+    reading a grade's console sees its progress and table, not two lines of 2,000 characters."""
+    if options.out is not None:
+        Path(options.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(options.out) / DIAGNOSTICS_LOG, "a", encoding="utf-8") as log:
+            log.write("".join(line + "\n" for line in lines))
+    if options.verbose:
+        for line in lines:
+            printer.say(line)
+
+
 def grade(options: GradeOptions) -> GradeReport:
     """Grade ``options.submission``; always returns (and writes, with ``out``) a complete results dict."""
     started = time.monotonic()
@@ -254,8 +270,7 @@ def grade(options: GradeOptions) -> GradeReport:
             if opening is not None:
                 opening.release()
         printer.flush_all()
-        printer.say(chain_times(chains, specs, runs))
-        printer.say(file_test_times(runs))
+        staff_diagnostics(options, [chain_times(chains, specs, runs), file_test_times(runs)], printer)
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)

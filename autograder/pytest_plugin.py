@@ -27,6 +27,7 @@ import json
 import os
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ from autograder.test_pool import Pool, rotated
 
 _PR_SET_DUMPABLE = 4
 _MAX_TEXT = 8000
+_KIT_PREFIX = f"{Path(__file__).resolve().parents[1]}/"  # the grading machine's kit folder, which no student sees
 
 
 def _not_dumpable() -> None:
@@ -70,8 +72,14 @@ def head_and_tail(text: str, limit: int) -> str:
     return text[:head] + marker + text[len(text) - (limit - head):]
 
 
+def kit_relative(text: str) -> str:
+    """``text`` with the kit's absolute folder left out of every path (``tests/test_x.py:12``, not
+    the grading machine's ``/autograder/source/kit/tests/test_x.py:12``)."""
+    return text.replace(_KIT_PREFIX, "")
+
+
 def _text(report) -> str:
-    text = getattr(report, "longreprtext", "") or ""
+    text = kit_relative(getattr(report, "longreprtext", "") or "")
     return head_and_tail(text, _MAX_TEXT)
 
 
@@ -79,7 +87,7 @@ def _crash_line(report) -> str:
     longrepr = report.longrepr
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None:
-        return str(crash.message)[:_MAX_TEXT]
+        return kit_relative(str(crash.message))[:_MAX_TEXT]
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
         return str(longrepr[2])[:_MAX_TEXT]
     return _text(report).strip().splitlines()[-1][:_MAX_TEXT] if _text(report).strip() else ""

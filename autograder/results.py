@@ -25,8 +25,8 @@ _ESSENTIAL = ("shape", "dtype", "max abs error", "outside tolerance")  # kept wh
 
 
 def slowest_line(runs, manifest: Manifest, count: int = 5) -> str | None:
-    """The output's "Slowest tests" line, or None when no test took a second. A student sees this
-    line at once, before any hidden test is published, so a hidden test is named only by its
+    """The output's "Slowest tests" lines (a heading, then a test a line), or None when no test
+    took a second. A student sees these lines at once, before any hidden test is published, so a hidden test is named only by its
     problem ("a hidden test of flash_backward"), never by its file, name or parameters."""
     slowest = sorted(((outcome, run.name) for run in runs for outcome in run.outcomes.values()),
                      key=lambda pair: -pair[0].duration)[:count]
@@ -40,7 +40,7 @@ def slowest_line(runs, manifest: Manifest, count: int = 5) -> str | None:
         else:
             name = outcome.nodeid.rsplit("/", 1)[-1]
         shown.append(f"{name} {outcome.duration:.1f} s")
-    return "Slowest tests: " + "; ".join(shown)
+    return "Slowest tests:\n" + "\n".join(f"  {line}" for line in shown)
 
 
 def _cut(message: str, limit: int) -> str:

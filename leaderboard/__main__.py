@@ -13,12 +13,18 @@ make_submission.sh writes (or a folder holding only that zip), read as the grade
 
 Run ``run`` and ``selftest`` as root: the submission then runs as an unprivileged uid of its own.
 
-Exit status of ``run``: 0 accepted, 1 refused, 2 could not run (no GPU, no such submission, or
-no isolation: not root without ``--same-user``, or a kit or interpreter the sandbox uid could
-write or not read).
+Exit status of ``run``: 0 accepted, 1 refused, 2 could not run here (no GPU, or no isolation:
+not root without ``--same-user``, or a kit or interpreter the sandbox uid could write or not
+read), 3 the submission itself cannot be run (a corrupt zip, no adapters.py): the same on any
+machine, so a batch does not retry it.
 """
 
 from __future__ import annotations
+
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m leaderboard")
 
 import argparse
 import sys
@@ -32,6 +38,8 @@ NO_GPU = (
     "an H200). To test the pipeline on this machine, add --cpu (a small problem under "
     "Triton's interpreter; its times mean nothing and it is not recorded unless --store is given)."
 )
+
+NOT_RUNNABLE = 3  # run's exit status for a submission that cannot be run anywhere (see the docstring)
 
 SAME_USER_HELP = (
     "without root: let the worker run as yourself instead of refusing. It is still a separate process, but "
@@ -85,13 +93,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 refuse_broken(located, report.broken)  # timed whole or not at all, as a folder is
             except (SubmissionRejected, SubmissionNotFound, SubmissionError) as error:
                 print(f"leaderboard run: {located}: not timed: {error}", file=sys.stderr)
-                return 2
+                return NOT_RUNNABLE
             return _run(args, Path(unpacked) / "submission", str(located))
         try:
             directory = resolve_submission_dir(args.submission, Path.cwd())
         except SubmissionError as error:
             print(f"leaderboard run: {error}", file=sys.stderr)
-            return 2
+            return NOT_RUNNABLE
         return _run(args, directory, None)
 
 
@@ -108,7 +116,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
             resolve_submission_dir(str(directory), Path.cwd())
         except SubmissionError as error:
             print(f"leaderboard run: {zip_path}: {error}", file=sys.stderr)
-            return 2
+            return NOT_RUNNABLE
     if not args.cpu and not gpus.count():
         print(NO_GPU, file=sys.stderr)
         return 2
@@ -123,7 +131,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
         return 2
     except SubmissionError as error:
         print(f"leaderboard run: not timed: {error}", file=sys.stderr)
-        return 2
+        return NOT_RUNNABLE
     if zip_path is not None:
         record["submission"] = zip_path  # not the temporary folder it was unpacked to
         if store is not None:

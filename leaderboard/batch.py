@@ -12,7 +12,13 @@ the leaderboard's store once, and the table is rendered from that store (leaderb
     <out>/summary.md                                     counts, throughput, slowest, failures
 
 A rerun skips submissions already timed with the same leaderboard code, submission hash and
-mode. A run that exits 2 (it could not run) or leaves no record is retried once, then reported.
+mode. A run that exits 2 (it could not run here) or leaves no record is retried once, then
+reported. A run that exits 3 (the submission itself cannot be run: a corrupt zip, no
+adapters.py) would fail the same way again: it is not retried, and the summary lists it apart,
+"NOT TIMED", with the reason, as the grader's batch lists "NO TEST RAN".
+
+The course secret (``autograder batch --bundle``) plays no part here: a run draws every input
+from a seed its parent chooses afresh (leaderboard/runner.py), so there is none to carry.
 """
 
 from __future__ import annotations
@@ -51,9 +57,14 @@ def _last_line(log: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+NOT_RUNNABLE = 3  # leaderboard run's exit status for a submission that cannot be run anywhere (__main__.py)
+
+
 def _judge(job: Job, outcome: Outcome) -> str | None:
     if outcome.returncode is None:
         return outcome.error or "the run never finished"
+    if outcome.returncode == NOT_RUNNABLE:
+        return None  # a result: the submission cannot be timed, on any machine (listed apart, not retried)
     if outcome.returncode not in (0, 1):  # 0 accepted, 1 refused: both are results
         return f"the run could not run (exit status {outcome.returncode}: {_last_line(job.log)}; see {job.log})"
     if not read_records(Path(job.log).parent / "records.jsonl"):
@@ -68,7 +79,7 @@ def leaderboard_batch(args) -> int:
     store = Path(args.store) if args.store else (out / "records.jsonl" if mode == "cpu" else DEFAULT_STORE)
     submissions = read_export(Path(args.export), out)
     cluster = cluster_from_flags(args, WORDING.command, cluster_gpus=mode != "cpu")
-    if cluster.name == "local" and not cluster.gpus and mode != "cpu":
+    if cluster.name == "local" and not cluster.gpus and mode != "cpu" and not args.dry_run:  # a dry run runs nothing
         print("leaderboard batch: no GPU found; timings need one each (use --cpu to test the "
               "pipeline on a CPU)", file=sys.stderr)
         return 2
@@ -89,8 +100,10 @@ def leaderboard_batch(args) -> int:
                               RUN_LIMIT_S), key))
 
     def collect(task: Task) -> None:  # a run's records join the store once, when it succeeded
-        for record in read_records(task.folder / "records.jsonl"):
+        path = task.folder / "records.jsonl"
+        for record in read_records(path):
             append_record(record, store)
+        path.touch()  # a submission that cannot be run has none: its empty file says so on a rerun
 
     mode_note = f"mode: {mode}" + (" (each a leaderboard run --cpu: tests the pipeline; its times mean nothing)"
                                    if mode == "cpu" else "")
@@ -102,7 +115,10 @@ def leaderboard_batch(args) -> int:
 
     markdown, png = write_table(read_records(store), Path(args.table_out) if args.table_out else store.parent,
                                 include_unofficial=mode != "official")
-    lines = summary_lines(WORDING.title, ran.tally(f"code {version}"), WORDING.done, notes=[f"- {mode_note}"],
+    not_timed = [(task, _last_line(task.job.log)) for task in tasks
+                 if task.job.key not in ran.run.failures and not read_records(task.folder / "records.jsonl")]
+    notes = [f"- {mode_note}", *(f"- NOT TIMED {task.job.key} ({task.job.label}): {why}" for task, why in not_timed)]
+    lines = summary_lines(WORDING.title, ran.tally(f"code {version}"), WORDING.done, notes=notes,
                           body=[f"- store: {store}", f"- table: {markdown}" + (f", {png}" if png else "")])
     print(write_summary(out, lines), end="", flush=True)
     return 1 if ran.run.failures else 0

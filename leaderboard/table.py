@@ -61,6 +61,21 @@ def conditions(rows: list[dict]) -> list[str]:
             "they cannot be compared with the official rows."]
 
 
+def refusal_reason(refusal: dict) -> str:
+    """A refusal in a table cell: its code, and for a plain ``error`` what the error was (a stub's
+    ``not implemented: FILE: FUNCTION``, else the message's start), so a student sees why."""
+    from tests.harness.stub_failures import STUB_MESSAGE
+
+    code, message = str(refusal.get("code", "?")), str(refusal.get("message", ""))
+    if code != "error" or not message:
+        return code
+    stub = STUB_MESSAGE.search(message)
+    if stub:
+        return f"not implemented: {stub['file']}: {stub['function']}"
+    first = " ".join(message.split())
+    return f"error: {first[:100]}{'...' if len(first) > 100 else ''}".replace("|", "/")
+
+
 def render_markdown(records: list[dict], include_unofficial: bool = False) -> str:
     """The ranking (and recent refusals) as a Markdown document."""
     rows = ranking(records, include_unofficial)
@@ -86,7 +101,7 @@ def render_markdown(records: list[dict], include_unofficial: bool = False) -> st
     if refused:
         lines += ["", "## Refused runs (latest 20)", "", "| name | date | mode | reasons |", "|---|---|---|---|"]
         for r in refused:
-            reasons = "; ".join(x["code"] for x in r.get("refusals", []))
+            reasons = "; ".join(refusal_reason(x) for x in r.get("refusals", []))
             lines.append(f"| {r['name']} | {r.get('date', '?')[:19]} | {r.get('mode', '?')} | {reasons} |")
     return "\n".join(lines) + "\n"
 

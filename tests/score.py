@@ -16,6 +16,11 @@ shows only what the visible tests are worth, so the final grade can be lower tha
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m tests.score")
+
 import sys
 import tomllib
 from dataclasses import dataclass

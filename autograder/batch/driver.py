@@ -6,6 +6,9 @@ leaderboard batch`` (leaderboard/batch.py: a timing per submission). Each gives 
 ``Task`` list (a ``Job`` and the key that decides whether an earlier result still stands), its
 judge (did a job leave a result?) and its ``Wording``; ``drive`` then does the same steps for both:
 
+0. check the interpreter each job's command starts (its ``argv[0]``): one that cannot import the
+   kit's stack stops the batch (exit status 2, one line naming the interpreter to use) before a
+   job is queued (tests/harness/interpreter.py);
 1. resume: skip each task whose folder holds a ``batch.json`` that says done, with the same key,
    beside readable outputs;
 2. say the plan on the console (``--dry-run``: print each command, and for Slurm the sbatch
@@ -31,6 +34,7 @@ import argparse
 import hashlib
 import json
 import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +52,7 @@ from autograder.batch.executors import (
     run_with_retry,
     slurm_script,
 )
+from tests.harness.interpreter import EXIT_WRONG_PYTHON, stack_missing, wrong_python_line
 
 CLUSTERS = ("local", "slurm", "submitit-local", "submitit-debug")
 SUBMITIT = {"slurm": "slurm", "submitit-local": "local", "submitit-debug": "debug"}  # --cluster -> submitit's name
@@ -193,6 +198,12 @@ def drive(tasks: list[Task], cluster: Cluster, out: Path, judge: Judge, wording:
     ``collect``: called with each task that succeeded, before its batch.json is written;
     ``source`` (`` in EXPORT``) and ``notes`` (more console lines) complete the plan's lines."""
     started = time.monotonic()
+    for python in sorted({task.job.argv[0] for task in tasks}):
+        missing = stack_missing(python)
+        if missing:  # every job would fail, and be retried, on a Python without the kit's stack
+            print(wrong_python_line(f"{wording.command}: the jobs' interpreter", python, missing),
+                  file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_WRONG_PYTHON)
     todo = [task for task in tasks if not already_done(task, outputs)]
     print(f"{wording.command}: {len(tasks)} submission(s){source}; {len(tasks) - len(todo)} already {wording.done} "
           f"with {wording.version} {version}; {len(todo)} to {wording.verb} on {cluster.describe()}", flush=True)

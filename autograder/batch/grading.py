@@ -22,8 +22,13 @@ all (exit status 3) unless ``--partial`` asks for one, so a CPU batch's totals a
 by mistake as final. Submissions where no test could run (a corrupt zip, no adapters.py; the
 grade's ``extra_data.no_test_ran``) score 0 and are listed apart, with the reason.
 
-A rerun skips every submission already graded with the same kit version, submission hash and
-grade flags; a grade that fails (non-zero exit, no results.json) is retried once in the same
+Every grade uses the course's secret (``secret``: from the Gradescope bundle, ``--bundle``), the
+one Gradescope graded with, handed to each grade as ``$CS336_HIDDEN_SEED`` (never on a command
+line or in a log): it chooses the hidden cases and every visible example, so the batch's verdicts
+on tests both graded are Gradescope's. autograder/__main__.py refuses a batch without one.
+
+A rerun skips every submission already graded with the same kit version, submission hash, grade
+flags and course secret (a digest of it: autograder/bundle.py's ``secret_digest``); a grade that fails (non-zero exit, no results.json) is retried once in the same
 run and then reported (and retried again by the next run).
 """
 
@@ -38,6 +43,8 @@ from autograder.batch.driver import Cluster, Task, Wording, drive, summary_lines
 from autograder.batch.executors import Job, Outcome
 from autograder.batch.export import read_export
 from autograder.batch.report import class_report
+from autograder.bundle import secret_digest
+from autograder.hidden_tests.secret import SEED_ENV
 from autograder.manifest import load_manifest
 from tests.harness.submission import submission_hash
 
@@ -63,6 +70,7 @@ class BatchOptions:
     dry_run: bool = False
     partial: bool = False
     kit: Path = KIT
+    secret: str = ""  # the course's secret (autograder/bundle.py's course_secret_for_batch); required
 
 
 def kit_version(kit: Path = KIT) -> str:
@@ -110,7 +118,7 @@ def _regrade_hint(gpus_per_job: int) -> str:
     if gpus_per_job:
         return (f"rerun with --gpus-per-job 2 on a machine (or Slurm partition) with two GPUs a node; these tests "
                 f"need more than the {gpus_per_job} GPU(s) a grade this batch gave")
-    return "grade on a GPU machine (python -m autograder batch EXPORT --out DIR on it)"
+    return "grade on a GPU machine (.venv/bin/python -m autograder batch EXPORT --out DIR --bundle ZIP on it)"
 
 
 def _ungraded_lines(graded: list[tuple], manifest, gpus_per_job: int) -> list[str]:
@@ -157,8 +165,13 @@ def grade_batch(options: BatchOptions) -> int:
     """Grade the export; write results, CSV, histograms and the summary. Exit status: 0 when every
     submission was graded, 1 when some failed twice, 2 when nothing could run, 3 when some points
     were not graded on this runner and ``partial`` was not set (no scores.csv is written)."""
+    if not options.secret:
+        raise ValueError("grade_batch needs the course secret (BatchOptions.secret): every grade must draw the "
+                         "hidden cases and examples Gradescope drew")
     out = Path(options.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if options.cluster.name != "local":  # submitit's job files there carry each job's environment: the secret
+        (out / "slurm").mkdir(mode=0o700, exist_ok=True)
     manifest = load_manifest()
     submissions = read_export(Path(options.export), out)
     cluster = options.cluster
@@ -170,10 +183,11 @@ def grade_batch(options: BatchOptions) -> int:
     for submission in submissions:
         folder = out / "submissions" / submission.id
         key = {"kit_version": version, "submission_hash": submission_hash(submission.path), "grade_flags": flags,
-               "gpus_per_job": gpus_per_job}  # two GPUs grade tests one cannot
+               "gpus_per_job": gpus_per_job,  # two GPUs grade tests one cannot
+               "secret_digest": secret_digest(options.secret)}  # another secret draws other cases: regrade
         argv = (sys.executable, "-m", "autograder", "grade", str(submission.path), "--out", str(folder), *flags)
         tasks.append(Task(Job(submission.id, submission.label, argv, str(options.kit), str(folder / "grade.log"),
-                              limit), key))
+                              limit, env=((SEED_ENV, options.secret),)), key))
     notes = []
     if cluster.name == "local" and not cluster.gpus:
         notes.append("no GPU here: each grade leaves out the points of its GPU-only tests, and this batch writes no "
@@ -188,7 +202,14 @@ def grade_batch(options: BatchOptions) -> int:
         graded.append((submission, results, status))
     ungraded = _ungraded_lines(graded, manifest, gpus_per_job)
     partial = bool(ungraded) and not options.partial
-    csv_path, markdown, png = class_report(out, manifest, graded, options.problems, write_scores=not partial)
+    missing = sum(max((ungraded_points(results) for _, results, status in graded
+                       if results and status.startswith("graded")), key=lambda left: sum(left.values()),
+                      default={}).values())
+    note = (f"PARTIAL: up to {missing:.2f} points of GPU tests were not graded on this runner, and these totals "
+            "leave them out (see summary.md); submissions where no test ran are listed there, not counted here."
+            if ungraded else "")
+    csv_path, markdown, png = class_report(out, manifest, graded, options.problems, write_scores=not partial,
+                                           note=note)
     no_test = [(submission, status) for submission, _, status in graded if status.startswith("no test ran")]
     notes = [f"- no test could run on {len(no_test)} (listed below, 0 points each)"]
     notes += [f"- NO TEST RAN {submission.id} ({submission.label}): {status.split(': ', 1)[1][:300]}"

@@ -71,9 +71,11 @@ def _bars(values: list[float], top: float) -> list[int]:
     return counts
 
 
-def write_histograms(out: Path, scores: dict[str, list[float]], tops: dict[str, float]) -> tuple[Path, Path | None]:
-    """``histogram.md`` (a table and text bars) and ``histogram.png`` (one panel a problem) in ``out``."""
-    lines = ["# Scores per problem", "",
+def write_histograms(out: Path, scores: dict[str, list[float]], tops: dict[str, float],
+                     note: str = "") -> tuple[Path, Path | None]:
+    """``histogram.md`` (a table and text bars) and ``histogram.png`` (one panel a problem) in ``out``;
+    ``note``, when given, is a paragraph under the title."""
+    lines = ["# Scores per problem", "", *([note, ""] if note else []),
              f"{len(scores.get('Total Score', []))} graded submissions; the bars count submissions per tenth of each "
              "problem's points.", "",
              "| problem | points | mean | median | full marks | submissions per tenth of the points (0 ... full) |",
@@ -117,10 +119,12 @@ def write_histograms(out: Path, scores: dict[str, list[float]], tops: dict[str, 
 
 
 def class_report(out: Path, manifest: Manifest, graded: list[tuple], problems: list[str] | None,
-                 write_scores: bool = True) -> tuple[Path | None, Path, Path | None]:
+                 write_scores: bool = True, note: str = "") -> tuple[Path | None, Path, Path | None]:
     """The CSV and histograms of a batch. ``graded``: (submission, results dict or None, status) per
     submission, in export order. Without ``write_scores`` no CSV is written (and a stale one is
-    removed), and the CSV's path is None."""
+    removed), and the CSV's path is None. A submission where no test ran gets 0 Ungraded Points
+    (a GPU grades it no further) and stays out of the histograms; ``note`` heads histogram.md
+    (what the totals leave out)."""
     seen = {name for _, results, _ in graded if results for name in problem_scores(results)}
     wanted = set(problems) if problems else seen
     columns = [p.name for p in manifest.problems if p.name in wanted and (p.name in seen or problems)]
@@ -131,8 +135,10 @@ def class_report(out: Path, manifest: Manifest, graded: list[tuple], problems: l
         points = problem_scores(results) if results else {}
         cells = {name: (points.get(name, 0.0) if results else None) for name in columns}
         total = float(results["score"]) if results else None
-        ungraded = float((results.get("extra_data") or {}).get("gpu_later_points") or 0.0) if results else None
-        if results:
+        no_test = status.startswith("no test ran")  # 0 points whatever runner grades it: nothing is left to grade
+        ungraded = (0.0 if no_test else float((results.get("extra_data") or {}).get("gpu_later_points") or 0.0)
+                    ) if results else None
+        if results and not no_test:  # the histograms count graded work; no-test rows are listed apart
             for name in columns:
                 scores[name].append(cells[name])
             scores["Total Score"].append(total)
@@ -145,5 +151,5 @@ def class_report(out: Path, manifest: Manifest, graded: list[tuple], problems: l
     csv_path = write_csv(out / "scores.csv", rows, columns) if write_scores else None
     if not write_scores:
         (out / "scores.csv").unlink(missing_ok=True)  # a stale CSV must not be uploaded as this batch's
-    markdown, png = write_histograms(out, scores, tops)
+    markdown, png = write_histograms(out, scores, tops, note)
     return csv_path, markdown, png

@@ -26,7 +26,7 @@ import torch
 
 from autograder.hidden_tests.secret import course_secret
 from tests.harness import gpus
-from tests.checks.assertions import assert_close, assert_meta
+from tests.checks.assertions import assert_close, assert_meta, place_rerun
 from tests.checks.flash_cases import (
     FlashCase,
     compile_apply,
@@ -85,11 +85,11 @@ def check_saved_tensors(function: type[torch.autograd.Function], case: FlashCase
         raise ValueError(f"pick a case with batch * d < min(n_queries, n_keys); got {case}")
     for tensor in saved_tensors(O, context):
         if tensor.numel() >= limit:
-            raise AssertionError(
+            raise AssertionError(place_rerun(
                 f"the forward saved a tensor of shape {tuple(tensor.shape)} ({tensor.numel()} elements, at "
                 f"least n_queries * n_keys = {limit}) [{context}]. FlashAttention-2 saves only L, Q, K, V "
                 "and O; the backward recomputes scores, probabilities and masks tile by tile."
-            )
+            ))
 
 
 def check_repeat_call(function: type[torch.autograd.Function], case: FlashCase, implementation: str) -> None:

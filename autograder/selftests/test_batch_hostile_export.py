@@ -25,7 +25,8 @@ ATTACK = load()
 
 
 def _batch(export: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "autograder", "batch", str(export), "--out", str(out), "--gpus", "0", *flags]
+    command = [sys.executable, "-m", "autograder", "batch", str(export), "--out", str(out), "--gpus", "0",
+               "--secret", "selftest-course-secret", *flags]
     return subprocess.run(command, cwd=KIT, capture_output=True, text=True, timeout=900)
 
 

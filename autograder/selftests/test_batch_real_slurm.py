@@ -57,7 +57,8 @@ def _batch_argv(export: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "autograder", "batch", str(export), "--out", str(out), "--executor", "slurm",
             "--partition", "cpu", "--gpus-per-job", "0", "--cpus", "1", "--mem-gb", "2", "--time", "10",
             "--problems", "memory_profiling", "--partial",  # CPU jobs: the GPU tests are not graded
-            "--poll-s", "2"]  # the jobs are looked at every 2 s, not Slurm's default 15: same states, less waiting
+            "--poll-s", "2",
+            "--secret", "selftest-course-secret"]  # the jobs are looked at every 2 s, not Slurm's default 15: same states, less waiting
 
 
 def _queue(cluster: LocalSlurm) -> dict[str, str]:

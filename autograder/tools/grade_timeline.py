@@ -14,6 +14,11 @@ The file names hidden tests: it is for staff, like the grade's log.
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder.tools.grade_timeline")
+
 import argparse
 import json
 from collections import defaultdict

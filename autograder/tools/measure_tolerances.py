@@ -34,6 +34,11 @@ With CUDA every dtype runs, at larger sizes (``--max-n``).
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder.tools.measure_tolerances")
+
 import argparse
 import json
 import os

@@ -12,6 +12,11 @@ exits 1 if any did.
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder.tools.same_grade")
+
 import argparse
 import json
 import multiprocessing

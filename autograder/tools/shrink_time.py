@@ -15,6 +15,11 @@ the output holds the failing case's one-line repro. A measurement, not a test.
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder.tools.shrink_time")
+
 import argparse
 import os
 import platform

@@ -17,6 +17,11 @@ visible test over 15 s on either, and the first ``pytest`` on a fresh release pr
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder.tools.student_budget")
+
 import argparse
 import datetime
 import json

@@ -16,15 +16,21 @@ It prints one TOML line per file, ready to paste into autograder/test_durations.
 other column as it is), and the total.
 
 Timing every file alone takes as long as the sum of the files. A quicker estimate reads the
-"test time per file" line that every grade prints, adding each chain's start to each file:
+"test time per file" line that every grade appends to its ``--out``/grade.log (and prints with
+``-v``), adding each chain's start to each file:
 
-    python3 -m autograder grade reference --require-gpu --expect-full > grade.log
-    python3 -m autograder.tools.time_test_files --column gpu --from-grade-log grade.log --write
+    .venv/bin/python -m autograder grade reference --require-gpu --expect-full --out results
+    .venv/bin/python -m autograder.tools.time_test_files --column gpu --from-grade-log results/grade.log --write
 
 ``--write`` puts the numbers into the column in place (the other column kept).
 """
 
 from __future__ import annotations
+
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m autograder.tools.time_test_files")
 
 import argparse
 import re
@@ -44,7 +50,7 @@ def from_grade_log(log: str, start_s: float) -> list[tuple[str, float]]:
     plus ``start_s`` (a chain's process start and collection, which that line leaves out)."""
     lines = [line for line in log.splitlines() if line.startswith(FILE_TIMES_LINE)]
     if not lines:
-        raise SystemExit(f"no '{FILE_TIMES_LINE.strip()}' line in the log: pass the output of a full grade")
+        raise SystemExit(f"no '{FILE_TIMES_LINE.strip()}' line in the log: pass the grade.log a full grade leaves in its --out folder")
     measured = []
     for item in lines[-1][len(FILE_TIMES_LINE):].split("; "):
         path, seconds = item.rsplit(" ", 2)[:2]

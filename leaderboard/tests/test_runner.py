@@ -47,7 +47,7 @@ def test_a_file_that_breaks_the_graders_rule_is_not_timed(tmp_path, capsys):
     (copy / "cs336_systems" / "leak.py").symlink_to(secret)
     with pytest.raises(SubmissionError, match=r"cs336_systems/leak\.py \(symbolic link to a file outside the submission\)"):
         submission_files(copy)
-    assert main(["run", str(copy), "--name", "x", "--cpu", "--same-user"]) == 2
+    assert main(["run", str(copy), "--name", "x", "--cpu", "--same-user"]) == 3  # the submission itself cannot be run: 3, never retried by a batch
     err = capsys.readouterr().err
     assert "not timed" in err and "cs336_systems/leak.py" in err and "readlink -f" in err, err
     (copy / "cs336_systems" / "leak.py").unlink()
@@ -60,7 +60,7 @@ def test_a_file_that_breaks_the_graders_rule_is_not_timed(tmp_path, capsys):
         for path in sorted(copy.rglob("*.py")):
             out.write(path, path.relative_to(copy).as_posix())
         out.writestr("cs336_systems/tiles.json", b" " * (MAX_DATA_BYTES + 1))
-    assert main(["run", str(archive), "--name", "x", "--cpu", "--same-user"]) == 2
+    assert main(["run", str(archive), "--name", "x", "--cpu", "--same-user"]) == 3  # the submission itself cannot be run: 3, never retried by a batch
     err = capsys.readouterr().err
     assert "not timed" in err and "cs336_systems/tiles.json (larger than 1 MiB)" in err, err
 
@@ -88,7 +88,7 @@ def test_without_a_gpu_run_and_selftest_refuse_clearly(command, capsys):
 
 
 def test_a_directory_that_is_no_submission_is_refused(tmp_path, capsys):
-    assert main(["run", str(tmp_path), "--name", "x", "--cpu"]) == 2
+    assert main(["run", str(tmp_path), "--name", "x", "--cpu"]) == 3  # the submission itself cannot be run: 3, never retried by a batch
     assert "adapters.py" in capsys.readouterr().err
 
 
@@ -149,7 +149,7 @@ def test_a_zip_or_a_folder_holding_only_a_zip_is_read_as_the_grader_reads_it(tmp
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "submission.zip").write_bytes((folder / "submission.zip").read_bytes()[:200])
-    assert main(["run", str(broken), "--name", "broken", "--cpu"]) == 2
+    assert main(["run", str(broken), "--name", "broken", "--cpu"]) == 3  # the submission itself cannot be run: 3, never retried by a batch
     assert "your zip is corrupt" in capsys.readouterr().err
 
 

@@ -64,6 +64,17 @@ def test_markdown_states_conditions_ranks_and_refusals():
     assert "No accepted runs yet." in render_markdown([])
 
 
+def test_a_refused_runs_error_says_what_it_was():
+    """A stub's NotImplementedError (or any other error) is not shown as a bare ``error``."""
+    stub = record("stubs", None, accepted=False, refusals=[{"code": "error", "message": (
+        "NotImplementedError during import: cs336_systems/flash_attention_triton.py: FlashAttentionTriton.forward "
+        "is not implemented yet. Write it (see handout/README.md, §2.4)")}])
+    crash = record("crash", None, accepted=False, refusals=[{"code": "error", "message": "ValueError | during timing"}])
+    text = render_markdown([stub, crash])
+    assert "not implemented: cs336_systems/flash_attention_triton.py: FlashAttentionTriton.forward" in text, text
+    assert "error: ValueError / during timing" in text, text
+
+
 def test_write_table_makes_markdown_and_png(tmp_path):
     markdown, png = write_table([record("alice", 5.5), record("bob", 7.0)], tmp_path / "out")
     assert markdown.read_text().startswith("# FlashAttention-2 leaderboard")

@@ -8,6 +8,11 @@ still accepted.
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m leaderboard.training_step")
+
 import argparse
 import sys
 from pathlib import Path

@@ -17,7 +17,25 @@ Comparisons happen in float64, so no comparison adds rounding of its own.
 
 from __future__ import annotations
 
+import re
+
 import torch
+
+__tracebackhide__ = True  # a failure's traceback ends at the test's call of these helpers, not inside them
+
+# A case's rerun command inside a context (tests/checks/flash_cases.py's FlashCase.repro)
+_RERUN = re.compile(r'; rerun: ((?:TRITON_INTERPRET=1 )?\.venv/bin/python -m tests\.checks\.flash_repro \S+ \S+ "[^"]*")')
+
+
+def place_rerun(message: str) -> str:
+    """``message`` with each case's rerun command (``; rerun: ...`` inside a line) moved to a line
+    of its own, ``  rerun: ...``, right below that line: a command to copy, not a clause to find."""
+    lines = []
+    for line in message.split("\n"):
+        commands = _RERUN.findall(line)
+        lines.append(_RERUN.sub("", line))
+        lines += [f"  rerun: {command}" for command in commands]
+    return "\n".join(lines)
 
 
 def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
@@ -48,14 +66,14 @@ def assert_meta(
     """Fail unless ``tensor`` is a torch.Tensor with the given shape and dtype (None: any)."""
     where = f" [{context}]" if context else ""
     if not isinstance(tensor, torch.Tensor):
-        raise AssertionError(f"{what}{where}: expected a torch.Tensor, got {type(tensor).__name__}")
+        raise AssertionError(place_rerun(f"{what}{where}: expected a torch.Tensor, got {type(tensor).__name__}"))
     problems = []
     if shape is not None and tuple(tensor.shape) != tuple(shape):
         problems.append(f"shape {tuple(tensor.shape)}, expected {tuple(shape)}")
     if dtype is not None and tensor.dtype != dtype:
         problems.append(f"dtype {tensor.dtype}, expected {dtype}")
     if problems:
-        raise AssertionError(f"{what}{where}: " + "; ".join(problems) + f" (actual: {describe(tensor)})")
+        raise AssertionError(place_rerun(f"{what}{where}: " + "; ".join(problems) + f" (actual: {describe(tensor)})"))
 
 
 def assert_close(
@@ -112,7 +130,7 @@ def assert_close(
         f"  {n_bad} of {total} elements ({100.0 * n_bad / total:.3g}%) outside tolerance; first at {at(first_bad_flat)}",
         f"  non-finite values in actual: {n_nonfinite}",
     ]
-    raise AssertionError("\n".join(lines))
+    raise AssertionError(place_rerun("\n".join(lines)))
 
 
 def norm_check_applies(expected: torch.Tensor, atol: float) -> bool:
@@ -141,10 +159,10 @@ def assert_norm_close(
     relative = float((a - e).norm() / e.norm())
     if relative <= rtol:
         return
-    raise AssertionError(
+    raise AssertionError(place_rerun(
         f"{what} mismatch" + (f" [{context}]" if context else "") + "\n"
         f"  every element is within the element-wise tolerance, but the whole tensor is off by "
         f"{100 * relative:.2f}%: ||actual - expected|| / ||expected|| = {relative:.3g}, allowed {rtol:g}\n"
         f"  rounding errors of a correct kernel point in all directions and stay under that; an error this size "
         f"that survives in the norm is systematic (a scale, a rounded statistic, a missing term)"
-    )
+    ))

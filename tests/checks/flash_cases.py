@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from hypothesis import strategies as st
 
-from tests.checks.assertions import assert_close, assert_meta, assert_norm_close
+from tests.checks.assertions import assert_close, assert_meta, assert_norm_close, place_rerun
 from tests.checks.flash_reference import AttentionResult, attention_float64
 from tests.checks.flash_tolerances import IMPLEMENTATIONS, tolerance
 
@@ -185,17 +185,17 @@ def compile_apply(function, backend: str):
 def saved_tensors(O: torch.Tensor, context: str) -> tuple[torch.Tensor, ...]:
     """The tensors the forward saved for the backward, read through the autograd graph."""
     if O.grad_fn is None:
-        raise AssertionError(
+        raise AssertionError(place_rerun(
             f"the output O has no grad_fn [{context}]: the inputs required grad, so O must come from "
             "your autograd.Function's apply (do not detach it or build it with torch.no_grad)"
-        )
+        ))
     from tests.executor.autograd_bridge import saved_tensors as executor_saved_tensors
 
     try:
         remote = executor_saved_tensors(O)  # O came from the executor (pytest --isolate)
         return remote if remote is not None else tuple(O.grad_fn.saved_tensors)
     except (RuntimeError, AttributeError) as error:  # freed by an earlier backward, or not a Function's node
-        raise AssertionError(f"could not read the saved tensors of O's grad_fn [{context}]: {error}") from error
+        raise AssertionError(place_rerun(f"could not read the saved tensors of O's grad_fn [{context}]: {error}")) from error
 
 
 def saved_logsumexp(O: torch.Tensor, batch: int, n_queries: int, context: str) -> torch.Tensor:
@@ -204,15 +204,19 @@ def saved_logsumexp(O: torch.Tensor, batch: int, n_queries: int, context: str) -
     candidates = [t for t in saved if tuple(t.shape) == (batch, n_queries)]
     if len(candidates) != 1:
         shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in saved) or "nothing"
-        raise AssertionError(
+        raise AssertionError(place_rerun(
             f"expected exactly one saved tensor of shape (batch, n_queries) = {(batch, n_queries)}, "
             f"the logsumexp L; found {len(candidates)} [{context}]. Saved: {shapes}. "
             "Call ctx.save_for_backward(..., L, ...) with L of shape (batch, n_queries) in float32."
-        )
+        ))
     return candidates[0]
 
 
-_DEVICE_WORDS = re.compile(r"cuda|gpu|device", re.IGNORECASE)
+# What a refusal of CPU tensors says: its message names CUDA or a GPU, or a bare ``assert`` on the
+# device (``assert Q.is_cuda``, ``assert Q.device.type == "cuda"``). A word like "device" in some
+# other error's traceback (``torch.zeros(n, device=Q.device)`` in a TypeError's source line) is not one.
+_REFUSAL_WORDS = re.compile(r"cuda|\bgpus?\b|nvidia|cpu tensor", re.IGNORECASE)
+_DEVICE_ASSERT = re.compile(r"^assert\b.*(cuda|device|gpu)", re.IGNORECASE)
 _FROM_SUBMISSION = "raised in the submission's process"  # the note tests/executor/client.py's stand-ins carry
 _KIT_TESTS = str(Path(__file__).resolve().parents[1])  # the kit's tests/ folder
 
@@ -237,22 +241,34 @@ def _error_text(error: BaseException) -> str:
     return "\n".join(parts)
 
 
+def _refusal_line(error: BaseException) -> str | None:
+    """The line that shows ``error`` refusing CPU tensors (its message, or its bare ``assert`` on
+    the device), or None when it is some other error."""
+    message = str(error).strip()
+    if message:
+        first = f"{type(error).__name__}: {message.splitlines()[0][:300]}"
+        return first if _REFUSAL_WORDS.search(message.splitlines()[0]) else None
+    if not isinstance(error, AssertionError):
+        return None
+    line = next((line.strip() for line in reversed(_error_text(error).splitlines())
+                 if _DEVICE_ASSERT.search(line.strip())), "")
+    return f"AssertionError from `{line}`" if line else None
+
+
 def explain_device_refusal(error: BaseException, device: str, call: str, *, triton: bool) -> None:
-    """Raise an AssertionError that explains ``error`` when it looks like a Triton Function
-    refusing CPU tensors on a CPU runner: any error its own code raised (``assert Q.is_cuda``,
-    ValueError, RuntimeError...) whose message or traceback speaks of CUDA, GPU or device. An
-    AssertionError of the tests' own checks is left alone. Else do nothing."""
-    if not triton or device != "cpu" or isinstance(error, NotImplementedError):
+    """Raise an AssertionError that explains ``error`` when it is a Triton Function refusing CPU
+    tensors on a CPU runner: an error its own code raised whose message names CUDA or a GPU (``Q
+    must be a CUDA tensor``, ``expected device cuda:0``), or a bare ``assert`` on the device (``assert
+    Q.is_cuda``). The tests' own AssertionErrors, a crash of the submission's process
+    (ExecutorFailure) and any other error (a TypeError whose traceback mentions ``device=``) are left
+    alone. Else do nothing."""
+    if not triton or device != "cpu" or isinstance(error, NotImplementedError) or _executor_failure(error):
         return
     if isinstance(error, AssertionError) and not raised_by_submission(error):
         return
-    if not _DEVICE_WORDS.search(_error_text(error)):
+    first = _refusal_line(error)
+    if first is None:
         return
-    first = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-    if isinstance(error, AssertionError) and not str(error):
-        line = next((line.strip() for line in _error_text(error).splitlines()
-                     if line.strip().startswith("assert") and _DEVICE_WORDS.search(line)), "")
-        first = f"AssertionError from `{line}`" if line else first
     raise AssertionError(
         f"{call} refused CPU tensors: {first}\n"
         "This runner has no GPU, so the tests run your Triton kernels under Triton's interpreter "
@@ -262,6 +278,12 @@ def explain_device_refusal(error: BaseException, device: str, call: str, *, trit
         "instead of asserting Q.is_cuda or device == 'cuda'; allocate O, L and gradients on Q.device "
         "(torch.empty_like(Q), device=Q.device), never on 'cuda'."
     ) from error
+
+
+def _executor_failure(error: BaseException) -> bool:
+    from tests.executor.process import ExecutorFailure
+
+    return isinstance(error, ExecutorFailure)
 
 
 @contextlib.contextmanager
@@ -280,11 +302,11 @@ def reporting(case: FlashCase, implementation: str, check: str, call: str):
     except AssertionError as error:
         if raised_by_submission(error):  # the submission's own assert, e.g. ``assert Q.is_cuda``
             explain_device_refusal(error, case.device, call, triton=implementation == "triton")
-            error.add_note(f"while running {call} on {case}; rerun: {rerun}")
+            error.add_note(f"while running {call} on {case}\n  rerun: {rerun}")
         raise
     except Exception as error:  # noqa: BLE001  the submission's own error: say where it happened
         explain_device_refusal(error, case.device, call, triton=implementation == "triton")
-        error.add_note(f"while running {call} on {case}; rerun: {rerun}")
+        error.add_note(f"while running {call} on {case}\n  rerun: {rerun}")
         raise
 
 

@@ -19,6 +19,11 @@ where the case says ``device='cuda'``).
 
 from __future__ import annotations
 
+from tests.harness.interpreter import require_kit_stack
+
+if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
+    require_kit_stack("python -m tests.checks.flash_repro")
+
 import argparse
 import os
 import sys

@@ -13,6 +13,11 @@ but a timing test (marked ``timing``) checks every config:
 - ``CS336_AUTOTUNE=full`` turns the loop off: every test tunes for real, as a grade without the
   speed-ups would.
 
+A failure says which config it ran with only when an autotuner with two or more configs ran: a
+PyTorch test, a part 2 test or a kernel without ``@triton.autotune`` fails with its own message.
+This module's frames are hidden from tracebacks (``__tracebackhide__``): a student sees the
+test's frames, not this plumbing.
+
 All configs of a test share the test's time limit, as a real autotuner's benchmarking of them would.
 The outputs are compared here, by the test; the submission's side says only how many configs its
 autotuners have, which sets how many times the test runs: a count it understates can only leave
@@ -28,6 +33,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.harness import gpus
+
+__tracebackhide__ = True  # pytest leaves this module's frames out of a failure's traceback
 
 MAX_CONFIGS = 8  # configs checked per autotuner (the handout says so): 8 backward configs fit a test's 120 s
 FIXTURE = "each_autotune_config"  # tests that loop over configs themselves
@@ -68,9 +75,13 @@ class EachAutotuneConfig:
                 try:
                     check()
                 except AssertionError as failure:
-                    raise AssertionError(f"{_which(index, configs_seen())}: {failure}") from None
+                    if configs_seen() <= 1:
+                        raise  # no autotuner with configs to name: the test's own failure, as it is
+                    raise AssertionError(f"{_which(index, configs_seen())}: {failure}").with_traceback(
+                        failure.__traceback__) from None
                 except Exception as error:
-                    error.add_note(_which(index, configs_seen()))
+                    if configs_seen() > 1:
+                        error.add_note(_which(index, configs_seen()))
                     raise
                 total = max(total, configs_seen())
             index += 1
@@ -78,8 +89,7 @@ class EachAutotuneConfig:
 
 
 def _which(index: int, total: int) -> str:
-    if total <= 1:
-        return "with your kernels as they are (no @triton.autotune with two or more configs ran)"
+    """Which config a failure ran with (only said when ``total``, the configs seen, is two or more)."""
     return (f"with config {index} of {total} of your autotuned kernels (counted from 0, after your "
             f"prune_configs_by; every config must be right, handout §2.4; on a CPU, rerun with "
             f"CS336_INTERPRET_AUTOTUNE_CONFIG={index})")

@@ -28,6 +28,8 @@ import re
 
 import pytest
 
+__tracebackhide__ = True  # pytest leaves this module's frames out of a failure's traceback: plumbing, not the test
+
 CATEGORY = "not implemented"  # the word in pytest's final counts
 STUB_MESSAGE = re.compile(
     r"(?P<file>cs336_systems/\S+\.py): (?P<function>\S+) is not implemented yet\."

@@ -1,0 +1,149 @@
+"""What a student reads when a test fails: the problem's own words, the test's frames, a rerun line.
+
+One mutant of each FlashAttention problem and one of part 2, each zipped as make_submission.sh
+zips it and graded on its visible tests (what a student sees at once), without ``-v``. Every
+failure the student sees must have:
+
+- no autotune wording ("with your kernels as they are ...") when no autotuner with two or more
+  configs ran (these mutants have none: the note belongs to Triton tests that autotune);
+- no kit plumbing in its traceback (tests/harness/stub_failures.py, tests/harness/autotune_configs.py,
+  tests/checks/assertions.py's raise), only the test's own frames;
+- each rerun command on a line of its own;
+- no absolute path of the grading machine;
+
+and the console shows no line over 300 characters, nor the staff's timing lines (those go to
+``--out``/grade.log). Then, without a grade: the "refused CPU tensors" advice is given for real
+refusals only, never for a crash of the submission's process or an error that merely mentions
+``device`` in its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fixtures import materialize, mutants
+
+KIT = Path(__file__).resolve().parents[2]
+CASES = [  # (mutant, the problem it breaks)
+    ("scale_applied_twice", "flash_forward_pytorch"),
+    ("accumulator_not_rescaled", "flash_forward_triton"),
+    ("delta_from_dO_only", "flash_backward"),
+    ("bucket_boundary_off_by_one", "ddp_bucketed"),
+]
+KIT_PLUMBING = ("tests/harness/", "stub_failures.py", "autotune_configs.py", "in assert_close\n")
+AUTOTUNE_WORDING = re.compile(r"with your kernels as they are|of your autotuned kernels|@triton\.autotune with")
+ABSOLUTE_PATH = re.compile(r"(?:^|[\s\"'(\[=])(/[\w.-]+){2,}", re.MULTILINE)
+RERUN = ".venv/bin/python -m tests.checks.flash_repro"
+
+
+def _zip(submission: Path, path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for file in sorted(submission.rglob("*")):
+            if file.is_file() and "__pycache__" not in file.parts:
+                archive.write(file, file.relative_to(submission).as_posix())
+    return path
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[case[0] for case in CASES])
+def graded(request, tmp_path_factory):
+    name, problem = request.param
+    root = tmp_path_factory.mktemp(name)
+    root.chmod(0o755)
+    submission = _zip(materialize(mutants.get(name), root / "submission"), root / "submission.zip")
+    out = root / "out"
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submission), "--problems", problem,
+                             "--suites", "visible", "--out", str(out)], cwd=KIT, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    failures = [test for test in results["tests"] if test["status"] == "failed"]
+    assert failures, f"{name} failed no visible test of {problem}: pick another mutant"
+    return result, out, failures
+
+
+def test_no_failure_carries_autotune_wording_without_autotune_configs(graded):
+    _, _, failures = graded
+    for test in failures:
+        assert not AUTOTUNE_WORDING.search(test["output"]), test["output"][:2000]
+
+
+def test_no_failure_shows_kit_plumbing_frames(graded):
+    _, _, failures = graded
+    for test in failures:
+        assert not any(frame in test["output"] for frame in KIT_PLUMBING), test["output"][:4000]
+        assert re.search(r"^tests/test_\w+\.py:\d+: in test_", test["output"], re.MULTILINE), test["output"][:4000]
+
+
+def test_every_rerun_command_stands_on_its_own_line(graded):
+    _, _, failures = graded
+    for test in failures:
+        for line in test["output"].splitlines():
+            if RERUN in line:
+                assert re.match(r"^(E\s+)?\s*rerun: (TRITON_INTERPRET=1 )?\.venv/bin/python", line), line
+
+
+def test_no_failure_shows_an_absolute_path(graded):
+    _, _, failures = graded
+    for test in failures:
+        assert not ABSOLUTE_PATH.search(test["output"]), ABSOLUTE_PATH.search(test["output"]).group(0)
+
+
+def test_the_console_has_no_long_line_and_no_staff_timings(graded):
+    result, out, _ = graded
+    long = [line for line in result.stdout.splitlines() + result.stderr.splitlines() if len(line) > 300]
+    assert not long, long[0][:500]
+    assert "chain times" not in result.stdout and "test time per file" not in result.stdout
+    log = (out / "grade.log").read_text()
+    assert "grade: chain times: " in log and "grade: test time per file: " in log
+
+
+# -- the "refused CPU tensors" advice ---------------------------------------------------------
+
+
+def _stand_in(kind: str, message: str, trace: str):
+    from tests.executor.client import _stand_in as make
+
+    return make({"base": kind, "type": f"builtins.{kind}", "message": message, "traceback": trace})
+
+
+_TYPE_ERROR_TRACE = '''Traceback (most recent call last):
+  File "/w/submission/cs336_systems/flash_attention_triton.py", line 42, in forward
+    O = torch.zeros(Q.shape, Q.dtype, device=Q.device)
+TypeError: zeros() takes 1 positional argument but 2 were given
+'''
+
+
+def _reported(error: BaseException) -> BaseException:
+    from tests.checks.flash_cases import FlashCase, reporting
+
+    case = FlashCase(batch=1, n_queries=3, n_keys=3, d=16)
+    with pytest.raises(BaseException) as caught:
+        with reporting(case, "triton", "forward", "FlashAttentionTriton.apply"):
+            raise error
+    return caught.value
+
+
+def test_an_error_that_only_mentions_device_in_its_traceback_is_not_a_refusal():
+    error = _reported(_stand_in("TypeError", "zeros() takes 1 positional argument but 2 were given",
+                                _TYPE_ERROR_TRACE))
+    assert "refused CPU tensors" not in str(error) and isinstance(error, TypeError), str(error)
+
+
+def test_a_crash_of_the_submissions_process_is_not_a_refusal():
+    from tests.checks.flash_cases import explain_device_refusal
+    from tests.executor.process import ExecutorFailure
+
+    explain_device_refusal(ExecutorFailure("the executor died (cuda device lost)"), "cpu",
+                           "FlashAttentionTriton.apply", triton=True)  # returns: no advice
+
+
+def test_a_real_refusal_gets_the_advice():
+    error = _reported(_stand_in("RuntimeError", "Pointer argument cannot be accessed from Triton (cpu tensor?)", ""))
+    assert "refused CPU tensors" in str(error), str(error)
