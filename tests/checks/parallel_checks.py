@@ -364,7 +364,9 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     step ``add_group_at``. Checks every rank's final state, and its local optimizers' state,
     against one process with the plain optimizer (each parameter with state there has it on some
     rank), and that the local optimizers' parameters split the parameters exactly (each
-    owned by one rank, state only for owned ones, no rank owning all). ``check_zero_grad``: also
+    owned by one rank, state only for owned ones, no rank owning all). A local optimizer is an
+    instance of ``optimizer_cls`` that holds a model parameter or steps; one made only to read the
+    class's defaults is not (see the probe). ``check_zero_grad``: also
     check ``check_sharded_zero_grad``. Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
@@ -397,7 +399,9 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     owned = [result["value"]["owned"] for result in ranks]
     for rank, result in enumerate(ranks):
         value = result["value"]
-        assert value["instances"] >= 1, f"rank {rank} never created a local optimizer of optimizer_cls ({context})"
+        assert value["instances"] >= 1, (
+            f"rank {rank} never created a local optimizer of optimizer_cls that holds a parameter of the model or "
+            f"steps ({value.get('left_out', 0)} other instances, which do neither, are not counted) ({context})")
         extra = sorted(set(value["with_state"]) - set(value["owned"]))
         assert not extra, f"rank {rank} holds optimizer state for parameters it does not own: {extra} ({context})"
         assert len(value["owned"]) == len(set(value["owned"])), (

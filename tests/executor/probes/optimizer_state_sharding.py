@@ -5,9 +5,13 @@ model from the same state and computes gradients on the same whole batch (so the
 gradients are equal, as after a DDP's synchronisation); the sharded optimizer then must train
 exactly like the plain one. The ``optimizer_cls`` handed to the submission is a subclass of
 AdamW or SGD defined here, whose instances (the submission's local optimizers) report which
-parameters they hold and step, and which hold state. Each rank returns its final state, the
+parameters they hold and step, and which hold state. A local optimizer is an instance that
+holds a parameter of the model or that steps: an instance made only to read the class's
+``defaults`` (say ``optimizer_cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults``)
+holds neither and is left out, while one that steps tensors that are not the model's counts
+(and fails the check that the ranks split the parameters). Each rank returns its final state, the
 names of the parameters its local optimizers own and hold state for, the number of local
-optimizers it made, and what the sharded optimizer's ``zero_grad`` left behind: after the last
+optimizers it made (and of instances left out), and what the sharded optimizer's ``zero_grad`` left behind: after the last
 step, the names of the parameters whose ``.grad`` survived ``zero_grad(set_to_none=True)``, and
 after one more backward, those whose ``.grad`` is not all zeros after ``zero_grad(set_to_none=False)``.
 """
@@ -22,6 +26,7 @@ from .parallel_launch import launch, record
 
 NAMES: dict[int, str] = {}
 INSTANCES: list[torch.optim.Optimizer] = []
+STEPPED: set[int] = set()  # id() of the instances whose step ran
 
 
 def _names(optimizer: torch.optim.Optimizer, with_grad: bool = False) -> list[str]:
@@ -36,11 +41,18 @@ def _logged(base: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
             INSTANCES.append(self)
 
         def step(self, closure=None):
+            STEPPED.add(id(self))
             record("local_step", tuple(_names(self, with_grad=True)))
             return super().step(closure)
 
     Logged.__name__ = Logged.__qualname__ = f"Logged{base.__name__}"
     return Logged
+
+
+def local_optimizers() -> list[torch.optim.Optimizer]:
+    """The instances of ``optimizer_cls`` that hold a parameter of the model or that stepped (see the docstring)."""
+    return [local for local in INSTANCES
+            if id(local) in STEPPED or any(id(p) in NAMES for group in local.param_groups for p in group["params"])]
 
 
 LOGGED = {"AdamW": _logged(torch.optim.AdamW), "SGD": _logged(torch.optim.SGD)}
@@ -71,10 +83,11 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
     models.loss_of(model, net(x), y).backward()
     opt.zero_grad(set_to_none=False)
     not_zeroed = sorted(name for name, p in params.items() if p.grad is not None and bool(p.grad.any()))
-    owned = sorted(name for local in INSTANCES for name in _names(local))
-    with_state = sorted(NAMES.get(id(p), "?") for local in INSTANCES for p, state in local.state.items() if state)
-    return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(INSTANCES),
-            "optimizer_state": optimizer_state_of(INSTANCES, NAMES),
+    local = local_optimizers()
+    owned = sorted(name for optimizer in local for name in _names(optimizer))
+    with_state = sorted(NAMES.get(id(p), "?") for optimizer in local for p, state in optimizer.state.items() if state)
+    return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(local),
+            "left_out": len(INSTANCES) - len(local), "optimizer_state": optimizer_state_of(local, NAMES),
             "zero_grad": {"set_to_none": not_cleared, "in_place": not_zeroed}}
 
 
