@@ -16,9 +16,12 @@ import torch
 from tests.checks.assertions import assert_close
 from tests.executor.probes import parallel_models as models
 from tests.executor.probes import run_probe
+from tests.executor.probes.parallel_launch import COLLECTIVES
 from tests.checks import parallel_reference as reference
 
 RUN_TIMEOUT_S = 60.0
+COLLECTIVE_NAMES = frozenset(COLLECTIVES)
+"""The event names of logged collectives (their aliases log under names of this set)."""
 FP32_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
 
 
@@ -116,6 +119,7 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
     context += f", {backend}"
     ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
                      context)
+    assert_every_handle_waited(ranks, steps, context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr)
     for rank, result in enumerate(ranks):
         where = f"{context}; rank {rank}"
@@ -225,6 +229,31 @@ def check_overlap(ranks: list[dict], model: str, steps: int) -> None:
                     f"rank has sent its gradient; events:\n  {describe(step_events(events, step))}")
                 assert_not_waited_before(events, launched, reached,
                                          f"{where}: layer {layer}'s all-reduce ({numels[layer]} elements)", step)
+
+
+def assert_every_handle_waited(ranks: list[dict], steps: int, context: str) -> None:
+    """Each asynchronous collective a step launched was waited on before that step's synchronisation ended.
+
+    Read from the probe's own log, so the verdict does not depend on which thread won: a
+    handle's ``wait()``, a ``get_future()`` waited on (directly, through a future chained by
+    ``then``, or ``torch.futures.wait_all``), or ``is_completed()``/``done()`` answering True,
+    each logged before ("synced", step). A handle never waited on leaves the gradient to
+    whichever of the communication thread and the optimizer writes it last.
+    """
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            start, synced = events.index(("step", step)), events.index(("synced", step))
+            waited = {e[3] for e in events[start:synced] if e[0] == "wait"}
+            missed = [(i, e) for i, e in enumerate(events[start:synced], start)
+                      if e[0] in COLLECTIVE_NAMES and e[3] and i not in waited]
+            assert not missed, (
+                f"{context}; rank {rank}, step {step}: {len(missed)} asynchronous collective(s) launched in this step "
+                f"were never waited on before finish_gradient_synchronization returned: "
+                f"{[f'{e[0]} of {e[1]} elements' for _, e in missed]}. Until its handle's wait() (or its future's) "
+                f"returns, a collective may still be writing the gradient: its value then depends on a race. Wait "
+                f"on every handle the step launched before returning; events of step {step}:\n  "
+                f"{describe(step_events(events, step))}")
 
 
 def assert_handles_released(ranks: list[dict], steps: int, context: str) -> None:

@@ -100,7 +100,11 @@ class _Waits:
 
 
 class _Future:
-    """A ``torch.futures.Future`` of a logged collective; ``wait()`` and ``value()`` are recorded."""
+    """A ``torch.futures.Future`` of a logged collective; ``wait()`` and ``value()`` are recorded.
+
+    So is ``done()`` when it answers True, and waiting on a future chained by ``then`` (which
+    completes only after this one): each of them shows the collective finished.
+    """
 
     __slots__ = ("_future", "_waits")
 
@@ -112,12 +116,64 @@ class _Future:
         return type(self._future)
 
     def wait(self):
+        result = self._future.wait()
         self._waits.record()
-        return self._future.wait()
+        return result
 
     def value(self):
+        result = self._future.value()
         self._waits.record()
-        return self._future.value()
+        return result
+
+    def done(self):
+        finished = self._future.done()
+        if finished:
+            self._waits.record()
+        return finished
+
+    def then(self, callback):
+        # The callback gets the real future: it may run on a communication thread, whose
+        # timing must leave no trace in the log (only waiting on the chained future does).
+        return _Future(self._future.then(callback), self._waits)
+
+
+class _AllWaits:
+    """The waits of several futures, recorded together (``torch.futures.collect_all``)."""
+
+    __slots__ = ("waits",)
+
+    def __init__(self, waits: list):
+        self.waits = waits
+
+    def record(self) -> None:
+        for waits in self.waits:
+            waits.record()
+
+
+def _unwrapped(futures) -> tuple[list, list]:
+    """(the real futures, the waits of the logged ones) of a list that may hold ``_Future`` wrappers."""
+    real = [object.__getattribute__(f, "_future") if type(f) is _Future else f for f in futures]
+    return real, [object.__getattribute__(f, "_waits") for f in futures if type(f) is _Future]
+
+
+def _wait_all(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def wait_all(futures):
+        real, waits = _unwrapped(futures)
+        values = original(real)
+        _AllWaits(waits).record()
+        return values
+
+    return wait_all
+
+
+def _collect_all(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def collect_all(futures):
+        real, waits = _unwrapped(futures)
+        return _Future(original(real), _AllWaits(waits))
+
+    return collect_all
 
     def __getattr__(self, name):
         return getattr(self._future, name)
@@ -143,6 +199,12 @@ class Handle:
     def wait(self, *args, **kwargs):
         self._waits.record()
         return self._work.wait(*args, **kwargs)
+
+    def is_completed(self):
+        finished = self._work.is_completed()
+        if finished:  # a loop polling until completion also waited
+            self._waits.record()
+        return finished
 
     def get_future(self):
         return _Future(self._work.get_future(), self._waits)
@@ -190,6 +252,12 @@ def log_collectives() -> None:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    futures = torch.futures
+    for name, wrap in (("wait_all", _wait_all), ("collect_all", _collect_all)):
+        if not getattr(getattr(futures, name), "_cs336_logged", False):
+            wrapped = wrap(getattr(futures, name))
+            wrapped._cs336_logged = True
+            setattr(futures, name, wrapped)
     for name in COLLECTIVES:
         for module in (dist, c10d):
             function = getattr(module, name, None)
