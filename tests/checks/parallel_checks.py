@@ -9,6 +9,8 @@ included (tests/checks/parallel_reference.py), runs in the harness.
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 
 import torch
@@ -39,7 +41,16 @@ def batch(model: str, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def ranks_of(result: dict, what: str) -> list[dict]:
-    """The ranks' results of one run; AssertionError naming each failed rank, or the hang."""
+    """The ranks' results of one run; AssertionError naming each failed rank, or the hang.
+
+    With ``CS336_RANK_EXIT_LOG`` set (a staff measurement), appends one JSON line per run to that
+    file: the ranks' exit codes, so that aborts in the teardown after a report can be counted.
+    """
+    log = os.environ.get("CS336_RANK_EXIT_LOG")
+    if log:
+        with open(log, "a") as file:
+            file.write(json.dumps({"what": what, "exit_codes": result.get("exit_codes"),
+                                   "reported": [r is not None for r in result["ranks"]]}) + "\n")
     if result["timed_out"]:
         raise AssertionError(
             f"{what}: the ranks did not finish within {result['timeout_s']:.0f} s (a hang: a rank waits in a "

@@ -343,7 +343,8 @@ def _context():
 
 def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: dict, *,
            backend: str = "gloo", timeout_s: float = 60.0) -> dict:
-    """Run ``job`` on ``world_size`` ranks; return ``{"ranks", "errors", "error_types", "timed_out", "timeout_s"}``.
+    """Run ``job`` on ``world_size`` ranks; return ``{"ranks", "errors", "error_types", "timed_out", "timeout_s",
+    "exit_codes"}``.
 
     ``ranks[r]`` is ``{"value": what the job returned, "events": rank r's event log}``, or None
     for a rank that failed; ``errors[r]`` is then its traceback (or why it returned nothing,
@@ -407,8 +408,11 @@ def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: 
                 ranks.append(None)
             else:
                 ranks.append(result)
+        # How each rank ended (None: stopped here; < 0: a signal), reported ranks included: a
+        # rank that aborted in the teardown after its report is counted, never judged.
+        exits = [None if rank in stopped else process.exitcode for rank, process in enumerate(processes)]
         return {"ranks": ranks, "errors": errors, "error_types": error_types, "timed_out": timed_out,
-                "timeout_s": timeout_s}
+                "timeout_s": timeout_s, "exit_codes": exits}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
