@@ -396,7 +396,8 @@ def judge_overlap(kernels: list, where: str) -> None:
 
 def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "AdamW",
                           lr: float = 0.05, split_at: int | None = None, add_group_at: int | None = None,
-                          seed: int = 0, rows: int = 6, check_zero_grad: bool = False) -> list[dict]:
+                          seed: int = 0, rows: int = 6, check_zero_grad: bool = False,
+                          closure: bool = False) -> list[dict]:
     """Train ``model`` with the sharded optimizer on ``world_size`` ranks and check it against the plain one.
 
     ``split_at``: the parameters (in ``named_parameters()`` order) are split there into two
@@ -407,21 +408,33 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     owned by one rank, state only for owned ones, no rank owning all). A local optimizer is an
     instance of ``optimizer_cls`` that holds a model parameter or steps; one made only to read the
     class's defaults is not (see the probe). ``check_zero_grad``: also
-    check ``check_sharded_zero_grad``. Returns the ranks' results.
+    check ``check_sharded_zero_grad``. ``closure``: every step is ``opt.step(closure)`` (the
+    closure clears, forwards and backwards), and each must return the closure's loss, as
+    ``torch.optim.Optimizer.step(closure)`` does. Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
     names = [name for name, _ in reference.build(model).named_parameters()]
     groups = None if split_at is None else [names[:split_at], names[split_at:]]
     settings = dict(model=model, init_state=init, inputs=inputs, targets=targets, steps=steps, optimizer=optimizer,
-                    lr=lr, groups=groups, add_group_at=add_group_at)
+                    lr=lr, groups=groups, add_group_at=add_group_at, closure=closure)
     context = (f"sharded {optimizer}(lr={lr}) on the {model!r} model, {world_size} ranks, {steps} steps"
+               + (", each opt.step(closure) with a closure that runs the forward and backward" if closure else "")
                + (f", second group of {len(groups[1])} parameters added before step {add_group_at}" if groups else ""))
     ranks = ranks_of(run_probe(adapters, "optimizer_state_sharding.train", world_size, settings,
                                timeout_s=RUN_TIMEOUT_S), context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr, groups=groups,
                             add_group_at=add_group_at)
     for rank, result in enumerate(ranks):
+        if closure:
+            value = result["value"]
+            assert len(value["closure_losses"]) == steps, (
+                f"{context}; rank {rank}: the closure passed to step(closure) ran {len(value['closure_losses'])} "
+                f"times in {steps} steps; step(closure) must call it (once) to get the gradients and the loss, "
+                f"as torch.optim.Optimizer.step does: hand it to the local optimizer's step")
+            assert value["returned"] == value["closure_losses"], (
+                f"{context}; rank {rank}: step(closure) returned {value['returned']}, the closure's losses were "
+                f"{value['closure_losses']}: step must return what the closure returned")
         assert_state_close(result["value"]["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
                            context=f"{context}; rank {rank} (after each step every rank must hold every parameter "
                                    "as its owner updated it: broadcast them)")

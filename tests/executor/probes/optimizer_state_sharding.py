@@ -60,8 +60,14 @@ LOGGED = {"AdamW": _logged(torch.optim.AdamW), "SGD": _logged(torch.optim.SGD)}
 
 def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str, init_state: dict,
                inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str, lr: float,
-               groups: list[list[str]] | None = None, add_group_at: int | None = None) -> dict:
-    """One rank's run (a job of ``parallel_launch``): the same whole batch on every rank."""
+               groups: list[list[str]] | None = None, add_group_at: int | None = None, closure: bool = False) -> dict:
+    """One rank's run (a job of ``parallel_launch``): the same whole batch on every rank.
+
+    ``closure``: each step is ``opt.step(closure)``, the closure clearing the gradients and
+    running the forward and backward (as torch.optim's API allows); what each step returned is
+    reported ("returned": the loss as a float, or the type's name when it is not a tensor), next
+    to the losses the closure computed ("closure_losses").
+    """
     net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES))
     net.load_state_dict(init_state)
     net.to(device)
@@ -71,10 +77,23 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
     first = list(params.values()) if groups is None else [params[n] for n in groups[0]]
     opt = adapters.get_sharded_optimizer(first, LOGGED[optimizer], **options)
     x, y = inputs.to(device), targets.to(device)
+    returned: list = []
+    closure_losses: list[float] = []
     for step in range(steps):
         if groups is not None and step == add_group_at:
             opt.add_param_group({"params": [params[n] for n in groups[1]], "lr": lr / 2})
         record("step", step)
+        if closure:
+            def compute_loss():
+                opt.zero_grad(set_to_none=True)
+                loss = models.loss_of(model, net(x), y)
+                loss.backward()
+                closure_losses.append(float(loss))
+                return loss
+
+            got = opt.step(compute_loss)
+            returned.append(float(got) if isinstance(got, torch.Tensor) and got.numel() == 1 else type(got).__name__)
+            continue
         opt.zero_grad(set_to_none=True)
         models.loss_of(model, net(x), y).backward()
         opt.step()
@@ -88,7 +107,8 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
     with_state = sorted(NAMES.get(id(p), "?") for optimizer in local for p, state in optimizer.state.items() if state)
     return {"final": state_of(net), "owned": owned, "with_state": with_state, "instances": len(local),
             "left_out": len(INSTANCES) - len(local), "optimizer_state": optimizer_state_of(local, NAMES),
-            "zero_grad": {"set_to_none": not_cleared, "in_place": not_zeroed}}
+            "zero_grad": {"set_to_none": not_cleared, "in_place": not_zeroed},
+            "returned": returned, "closure_losses": closure_losses}
 
 
 def train(load_adapters, world_size: int, settings: dict, timeout_s: float = 60.0, backend: str = "gloo") -> dict:
