@@ -293,6 +293,43 @@ FROZEN_CHAIN_NUMELS = {4: 55, 3: 99, 1: 168, 0: 120}
 """The trainable weights of 'frozen_chain' (layer: elements), last layer first; layer 2's 126 are frozen."""
 
 
+def check_buckets_in_dtype(adapters, dtype: torch.dtype, bucket_bytes: int, buckets: list[int],
+                           world_size: int = 2, steps: int = 2) -> None:
+    """Bucketed DDP of 'chain' with parameters in ``dtype``: buckets sized in bytes of that dtype, sent in it.
+
+    ``bucket_size_mb`` is a size (MiB), so a bucket holds half as many float64 elements as float32
+    ones: the all-reduces must be exactly ``buckets`` (elements), each in ``dtype`` (a bucket
+    flattened into float32 sends other bytes than the contract's), and the gradients after the
+    first step must equal the whole batch's (compared in float32).
+    """
+    name = str(dtype).removeprefix("torch.")
+    numels = [a * b for a, b in zip(models.CHAIN_WIDTHS, models.CHAIN_WIDTHS[1:])][::-1]
+    init = reference.initial_state("chain", 0)
+    inputs, targets = batch("chain", 6, 1)
+    settings = dict(variant="bucketed", model="chain", init_state=init, inputs=inputs, targets=targets, steps=steps,
+                    optimizer="SGD", lr=0.1, bucket_size_mb=bucket_bytes / 2**20, dtype=name)
+    context = (f"bucketed DDP of the 'chain' model in {name} on {world_size} ranks, bucket_size_mb = {bucket_bytes} "
+               f"bytes / 2**20 (weights of {numels} {name} elements of "
+               f"{torch.tensor([], dtype=dtype).element_size()} bytes, last layer first)")
+    ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
+    assert_every_handle_waited(ranks, steps, context)
+    truth = reference.train("chain", init, inputs, targets, steps=1, optimizer="SGD", lr=0.1)
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            window = events[events.index(("backward_begin", step)):events.index(("synced", step))]
+            sent = [e for e in window if e[0] == "all_reduce"]
+            assert_same_numels([e[1] for e in sent], buckets, f"{context}; rank {rank}, step {step}")
+            other = sorted({e[2] for e in sent} - {name})
+            assert not other, (
+                f"{context}; rank {rank}, step {step}: the buckets were all-reduced in {other}, the gradients are "
+                f"{name}: flatten each bucket in its gradients' dtype (a cast changes the bytes sent and rounds "
+                f"the gradients)")
+        grads = {key: None if value is None else value.float() for key, value in result["value"]["grads"].items()}
+        assert_state_close(grads, truth["grads"], what="after the first backward and sync, the gradient",
+                           context=f"{context}; rank {rank}")
+
+
 def check_frozen_weight_left_out_of_buckets(adapters, world_size: int, bucket_bytes: int, buckets: list[int],
                                             steps: int = 2) -> None:
     """Bucketed DDP of 'frozen_chain': exactly ``buckets`` (elements) all-reduced, the first one during the backward.
