@@ -544,8 +544,9 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
 
     Checks: each Linear/Embedding weight is held as a float32 shard of at most a 1/world_size
     share (rounded up to whole rows), other parameters whole; gradients after the first sync
-    are float32 and shaped like their parameters; the full parameters after every step equal
-    the whole-batch run's (with the same casts to ``compute_dtype``). Returns the ranks' results.
+    are float32 and shaped like their parameters; the full parameters after every step are
+    float32 (as returned, not cast by the probe) and equal the whole-batch run's (with the same
+    casts to ``compute_dtype``). Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
@@ -588,6 +589,12 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
                 f"after the first sync, {name}.grad is {grad[1]} of shape {grad[0]}; expected float32 of the "
                 f"parameter's shape {value['shards'][name][0]} ({where})")
         for step, (got, expected) in enumerate(zip(value["fulls"], truth["states"])):
+            other = {name: str(t.dtype).removeprefix("torch.") for name, t in got.items()
+                     if isinstance(t, torch.Tensor) and t.dtype != torch.float32}
+            assert not other, (
+                f"after step {step}, fsdp_gather_full_params returned {other}: it returns full float32 tensors, the "
+                f"master weights, whatever the compute dtype (gather the float32 shards, not copies cast for the "
+                f"forward) ({where})")
             assert_state_close(got, {k: v for k, v in expected.items() if k in shapes},
                                what=f"after step {step}, the full parameter", context=where,
                                tolerance=FSDP_TOLERANCE[compute_dtype])

@@ -59,7 +59,7 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
                      for name, p in fsdp.module.named_parameters()}
         opt.step()
         record("gather_full_params", step)
-        fulls.append({name: t.detach().to("cpu", torch.float32).clone()
+        fulls.append({name: t.detach().to("cpu").clone()  # in the dtype returned: the contract's float32
                       for name, t in adapters.fsdp_gather_full_params(fsdp).items()})
     return {"shards": shards, "grads": grads, "fulls": fulls}
 
