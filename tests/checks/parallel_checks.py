@@ -588,6 +588,8 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
             assert grad[1] == "float32" and grad[0] == value["shards"][name][0], (
                 f"after the first sync, {name}.grad is {grad[1]} of shape {grad[0]}; expected float32 of the "
                 f"parameter's shape {value['shards'][name][0]} ({where})")
+        if model == "fsdp_chain":
+            check_saved_full_weights_freed(result["events"], {n: numel_of(shapes[n]) for n in sharded}, steps, where)
         for step, (got, expected) in enumerate(zip(value["fulls"], truth["states"])):
             other = {name: str(t.dtype).removeprefix("torch.") for name, t in got.items()
                      if isinstance(t, torch.Tensor) and t.dtype != torch.float32}
@@ -599,6 +601,32 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
                                what=f"after step {step}, the full parameter", context=where,
                                tolerance=FSDP_TOLERANCE[compute_dtype])
     return ranks
+
+
+MAX_SAVED_FULL_WEIGHTS = 1
+"""Full weights autograd may still hold, with their memory, when the backward begins (the last
+layer's, say, kept for its backward at once); the reference holds none."""
+
+
+def check_saved_full_weights_freed(events: list[tuple], numels: dict[str, int], steps: int, where: str) -> None:
+    """The CPU's view of FSDP's memory: full weights that autograd saved are released after their forward.
+
+    A layer's full weight, saved by autograd for the backward, stays allocated unless its storage
+    is released after the forward (and gathered again for the backward): dropping one's own
+    reference frees nothing. The probe reports each tensor still saved at ("backward_begin", s)
+    with the bytes its storage holds; a saved tensor with a sharded weight's number of elements
+    ('fsdp_chain' makes them differ from every activation's) that still holds bytes is a full
+    weight kept alive. The GPU test measures the same in bytes of device memory.
+    """
+    by_numel = {numel: name for name, numel in numels.items()}
+    for step in range(steps):
+        kept = sorted({by_numel[numel_of(e[2])] for e in events
+                       if e[0] == "saved" and e[1] == step and e[4] > 0 and numel_of(e[2]) in by_numel})
+        assert len(kept) <= MAX_SAVED_FULL_WEIGHTS, (
+            f"{where}: when step {step}'s backward began, autograd still held the full weights of {kept} with their "
+            f"memory (at most {MAX_SAVED_FULL_WEIGHTS} may be): a full weight saved for the backward stays allocated "
+            f"until its storage is released (e.g. tensor.untyped_storage().resize_(0) after the layer's forward, "
+            f"and gathered into it again before its backward); dropping your own reference to it frees nothing")
 
 
 def numel_of(shape: list[int]) -> int:
