@@ -75,3 +75,8 @@ def test_ddp_bucketed_buckets_are_sized_in_the_gradients_bytes(adapters, bucket_
     # bucket_size_mb is a size: with float64 parameters a bucket holds half as many elements as
     # with float32, and the buckets go out in float64.
     check_buckets_in_dtype(adapters, torch.float64, bucket_bytes, buckets)
+
+
+def test_ddp_bucketed_forward_passes_keyword_arguments(adapters):
+    # The wrapper is an nn.Module: ddp(x=inputs) must reach the module's forward as module(x=inputs).
+    run_ddp(adapters, "bucketed", "tied", 2, steps=2, bucket_size_mb=4 * 200 / MIB, keyword_input=True)

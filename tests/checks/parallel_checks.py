@@ -108,12 +108,15 @@ def assert_optimizer_state_close(got: dict, expected: dict, *, what: str, contex
 
 def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
             lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
-            rows: int = 6, backend: str = "gloo", set_to_none: bool = True) -> list[dict]:
+            rows: int = 6, backend: str = "gloo", set_to_none: bool = True,
+            keyword_input: bool = False) -> list[dict]:
     """Train ``model`` with DDP ``variant`` on ``world_size`` ranks and check it against one process.
 
     ``set_to_none``: how the training loop clears gradients before each step
     (``optimizer.zero_grad(set_to_none=...)``); with False the same ``.grad`` tensors live on
-    from step to step, so a gradient averaged twice shows in the values.
+    from step to step, so a gradient averaged twice shows in the values. ``keyword_input``: the
+    wrapper is called with the input as a keyword argument (``ddp(x=inputs)``), which a wrapper's
+    forward must pass on to the module as any ``nn.Module`` call does.
 
     Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
     "flat", whose ranks start equal); after the first step's synchronisation every rank's
@@ -123,10 +126,12 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
     settings = dict(variant=variant, model=model, init_state=init, inputs=inputs, targets=targets, steps=steps,
-                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api, set_to_none=set_to_none)
+                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api, set_to_none=set_to_none,
+                    keyword_input=keyword_input)
     context = (f"{variant} DDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
                f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else "")
-               + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))"))
+               + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))")
+               + (", called as ddp(x=inputs) (a keyword argument)" if keyword_input else ""))
     context += f", {backend}"
     ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
                      context)
