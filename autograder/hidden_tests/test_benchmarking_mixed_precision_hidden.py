@@ -17,3 +17,9 @@ def test_compare_precisions_train_steps_at_an_odd_length(lm_spy):  # noqa: F811
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_autocast_dtypes_on_gpu(adapters, dtype):
     assert_autocast_dtypes(adapters, dtype, "cuda")
+
+
+def test_autocast_dtypes_fp16_on_cpu(adapters):
+    # The CPU's autocast defaults to bfloat16: only a dtype other than the default shows that
+    # autocast_dtypes passes its dtype on.
+    assert_autocast_dtypes(adapters, torch.float16, "cpu")

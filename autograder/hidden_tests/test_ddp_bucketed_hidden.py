@@ -1,14 +1,17 @@
 """Hidden tests of §3.5 ddp_bucketed: the provided LM, a bucket that never fills (an unused parameter),
 one bucket per parameter, three layers exactly at the limit, the overlap on 3 ranks (launched
 during the backward and not waited on there), a frozen weight left out of the buckets, and state
-that stays bounded over steps."""
+that stays bounded over steps; float64 parameters, whose buckets hold half as many elements and
+go out in float64."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.checks.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
-                                   check_frozen_weight_left_out_of_buckets, check_state_stays_bounded, describe,
+                                   check_buckets_in_dtype, check_frozen_weight_left_out_of_buckets,
+                                   check_state_stays_bounded, describe,
                                    run_ddp, step_events)
 
 MIB = 2**20
@@ -62,3 +65,18 @@ def test_ddp_bucketed_leaves_frozen_weights_out(adapters, bucket_bytes, buckets)
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed_in_place"])
 def test_ddp_bucketed_state_stays_bounded(adapters, set_to_none):
     check_state_stays_bounded(adapters, "bucketed", set_to_none=set_to_none, world_size=3, bucket_size_mb=4 * 200 / MIB)
+
+
+@pytest.mark.parametrize(("bucket_bytes", "buckets"), [
+    (8 * (55 + 99), [55 + 99, 126, 168, 120]),   # exactly two float64 layers fit the first bucket
+    (8 * 300, [55 + 99 + 126, 168 + 120]),
+])
+def test_ddp_bucketed_buckets_are_sized_in_the_gradients_bytes(adapters, bucket_bytes, buckets):
+    # bucket_size_mb is a size: with float64 parameters a bucket holds half as many elements as
+    # with float32, and the buckets go out in float64.
+    check_buckets_in_dtype(adapters, torch.float64, bucket_bytes, buckets)
+
+
+def test_ddp_bucketed_forward_passes_keyword_arguments(adapters):
+    # The wrapper is an nn.Module: ddp(x=inputs) must reach the module's forward as module(x=inputs).
+    run_ddp(adapters, "bucketed", "tied", 2, steps=2, bucket_size_mb=4 * 200 / MIB, keyword_input=True)

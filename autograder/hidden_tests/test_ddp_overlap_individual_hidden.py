@@ -38,3 +38,8 @@ def test_ddp_frozen_weight_is_not_all_reduced(adapters):
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["set_to_none", "zeroed_in_place"])
 def test_ddp_state_stays_bounded(adapters, set_to_none):
     check_state_stays_bounded(adapters, "individual", set_to_none=set_to_none, world_size=3)
+
+
+def test_ddp_forward_passes_keyword_arguments(adapters):
+    # The wrapper is an nn.Module: ddp(x=inputs) must reach the module's forward as module(x=inputs).
+    run_ddp(adapters, "individual", "tied", 2, steps=2, keyword_input=True)

@@ -34,3 +34,9 @@ def test_sharded_optimizer_zero_grad_clears_every_gradient(adapters, world_size)
 def test_sharded_optimizer_fewer_parameters_than_ranks(adapters, split_at, add_group_at):
     # 'chain' has 5 weights: split at 2, the first group has 2 on 3 ranks; at 4, the group added later has 1.
     run_sharded_optimizer(adapters, "chain", 3, steps=3, split_at=split_at, add_group_at=add_group_at)
+
+
+def test_sharded_optimizer_step_with_a_closure(adapters):
+    # torch.optim's API: step(closure) calls the closure (which clears, forwards and backwards)
+    # and returns its loss; a training loop written for any optimizer may rely on it.
+    run_sharded_optimizer(adapters, "chain", 2, steps=3, closure=True)

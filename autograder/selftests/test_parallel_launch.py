@@ -2,7 +2,8 @@
 
 A rank that saved its result and then died in the teardown (gloo's threads can abort there)
 did its part, and the ranks still working must be left to finish: stopping them failed a
-part-2 test at random on a loaded machine. A rank that raises still stops the others fast.
+part-2 test at random on a loaded machine; one that hangs there after its report is no hang of
+the run. A rank that raises, or dies before reporting (its signal named), still stops the others fast.
 """
 
 from __future__ import annotations
@@ -35,3 +36,22 @@ def test_a_rank_that_raises_stops_the_others_within_seconds():
     assert "rank 0 broke" in run["errors"][0]
     assert "stopped after another rank failed" in run["errors"][1]
     assert not run["timed_out"]
+
+
+def test_a_rank_killed_before_reporting_fails_with_its_signal():
+    start = time.monotonic()
+    run = launch(_reference_adapters, "autograder.selftests.rank_jobs.abort_before_reporting_on_rank0", 2, {},
+                 timeout_s=60.0)
+    assert time.monotonic() - start < 30.0
+    assert "SIGABRT" in run["errors"][0] and "before it reported" in run["errors"][0], run["errors"]
+    assert "stopped after another rank failed" in run["errors"][1]
+    assert not run["timed_out"]
+
+
+def test_a_rank_hanging_in_teardown_after_its_result_is_not_a_hang():
+    start = time.monotonic()
+    run = launch(_reference_adapters, "autograder.selftests.rank_jobs.hang_in_teardown_on_rank0", 2, {},
+                 timeout_s=60.0)
+    assert time.monotonic() - start < 30.0
+    assert run["errors"] == {} and not run["timed_out"], run
+    assert [rank["value"] for rank in run["ranks"]] == [0, 1]

@@ -57,6 +57,14 @@ def check_checkpointed_forward(adapters, block_size: int, seed: int = 0) -> None
         f"{what}: each layer must run {runs} time(s) (" + ("no checkpointing" if block_size == 0 else
         "once in the forward, once recomputed in the backward") + f"); the layers ran {seen['layer_calls']} times")
     if block_size > 0:
+        layers = OVERRIDES["num_layers"]
+        groups = [list(range(start, min(start + block_size, layers))) for start in range(0, layers, block_size)]
+        recomputed = [i for group in reversed(groups) for i in group]
+        assert seen["order"][layers:] == recomputed, (
+            f"{what}: the backward recomputed the layers in the order {seen['order'][layers:]}; with groups of "
+            f"block_size={block_size} consecutive layers from the first ({groups}; the last may be shorter), each "
+            f"group is recomputed as a whole, last group first: {recomputed}. block_size is the number of layers "
+            f"in a group, not the number of groups")
         assert seen["saved_bytes"] < 0.5 * plain_bytes, (
             f"{what}: the forward saved {seen['saved_bytes']} bytes for the backward outside checkpoints, against "
             f"{plain_bytes} without checkpointing; checkpointed layers must save only their group's input")

@@ -9,6 +9,8 @@ included (tests/checks/parallel_reference.py), runs in the harness.
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 
 import torch
@@ -16,9 +18,12 @@ import torch
 from tests.checks.assertions import assert_close
 from tests.executor.probes import parallel_models as models
 from tests.executor.probes import run_probe
+from tests.executor.probes.parallel_launch import COLLECTIVES
 from tests.checks import parallel_reference as reference
 
 RUN_TIMEOUT_S = 60.0
+COLLECTIVE_NAMES = frozenset(COLLECTIVES)
+"""The event names of logged collectives (their aliases log under names of this set)."""
 FP32_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
 
 
@@ -36,7 +41,16 @@ def batch(model: str, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def ranks_of(result: dict, what: str) -> list[dict]:
-    """The ranks' results of one run; AssertionError naming each failed rank, or the hang."""
+    """The ranks' results of one run; AssertionError naming each failed rank, or the hang.
+
+    With ``CS336_RANK_EXIT_LOG`` set (a staff measurement), appends one JSON line per run to that
+    file: the ranks' exit codes, so that aborts in the teardown after a report can be counted.
+    """
+    log = os.environ.get("CS336_RANK_EXIT_LOG")
+    if log:
+        with open(log, "a") as file:
+            file.write(json.dumps({"what": what, "exit_codes": result.get("exit_codes"),
+                                   "reported": [r is not None for r in result["ranks"]]}) + "\n")
     if result["timed_out"]:
         raise AssertionError(
             f"{what}: the ranks did not finish within {result['timeout_s']:.0f} s (a hang: a rank waits in a "
@@ -94,12 +108,15 @@ def assert_optimizer_state_close(got: dict, expected: dict, *, what: str, contex
 
 def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
             lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
-            rows: int = 6, backend: str = "gloo", set_to_none: bool = True) -> list[dict]:
+            rows: int = 6, backend: str = "gloo", set_to_none: bool = True,
+            keyword_input: bool = False) -> list[dict]:
     """Train ``model`` with DDP ``variant`` on ``world_size`` ranks and check it against one process.
 
     ``set_to_none``: how the training loop clears gradients before each step
     (``optimizer.zero_grad(set_to_none=...)``); with False the same ``.grad`` tensors live on
-    from step to step, so a gradient averaged twice shows in the values.
+    from step to step, so a gradient averaged twice shows in the values. ``keyword_input``: the
+    wrapper is called with the input as a keyword argument (``ddp(x=inputs)``), which a wrapper's
+    forward must pass on to the module as any ``nn.Module`` call does.
 
     Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
     "flat", whose ranks start equal); after the first step's synchronisation every rank's
@@ -109,13 +126,16 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
     settings = dict(variant=variant, model=model, init_state=init, inputs=inputs, targets=targets, steps=steps,
-                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api, set_to_none=set_to_none)
+                    optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api, set_to_none=set_to_none,
+                    keyword_input=keyword_input)
     context = (f"{variant} DDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
                f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else "")
-               + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))"))
+               + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))")
+               + (", called as ddp(x=inputs) (a keyword argument)" if keyword_input else ""))
     context += f", {backend}"
     ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
                      context)
+    assert_every_handle_waited(ranks, steps, context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr)
     for rank, result in enumerate(ranks):
         where = f"{context}; rank {rank}"
@@ -227,6 +247,31 @@ def check_overlap(ranks: list[dict], model: str, steps: int) -> None:
                                          f"{where}: layer {layer}'s all-reduce ({numels[layer]} elements)", step)
 
 
+def assert_every_handle_waited(ranks: list[dict], steps: int, context: str) -> None:
+    """Each asynchronous collective a step launched was waited on before that step's synchronisation ended.
+
+    Read from the probe's own log, so the verdict does not depend on which thread won: a
+    handle's ``wait()``, a ``get_future()`` waited on (directly, through a future chained by
+    ``then``, or ``torch.futures.wait_all``), or ``is_completed()``/``done()`` answering True,
+    each logged before ("synced", step). A handle never waited on leaves the gradient to
+    whichever of the communication thread and the optimizer writes it last.
+    """
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            start, synced = events.index(("step", step)), events.index(("synced", step))
+            waited = {e[3] for e in events[start:synced] if e[0] == "wait"}
+            missed = [(i, e) for i, e in enumerate(events[start:synced], start)
+                      if e[0] in COLLECTIVE_NAMES and e[3] and i not in waited]
+            assert not missed, (
+                f"{context}; rank {rank}, step {step}: {len(missed)} asynchronous collective(s) launched in this step "
+                f"were never waited on before finish_gradient_synchronization returned: "
+                f"{[f'{e[0]} of {e[1]} elements' for _, e in missed]}. Until its handle's wait() (or its future's) "
+                f"returns, a collective may still be writing the gradient: its value then depends on a race. Wait "
+                f"on every handle the step launched before returning; events of step {step}:\n  "
+                f"{describe(step_events(events, step))}")
+
+
 def assert_handles_released(ranks: list[dict], steps: int, context: str) -> None:
     """After step s's synchronisation, no rank still holds a handle launched before step s - 1.
 
@@ -251,6 +296,43 @@ def assert_handles_released(ranks: list[dict], steps: int, context: str) -> None
 
 FROZEN_CHAIN_NUMELS = {4: 55, 3: 99, 1: 168, 0: 120}
 """The trainable weights of 'frozen_chain' (layer: elements), last layer first; layer 2's 126 are frozen."""
+
+
+def check_buckets_in_dtype(adapters, dtype: torch.dtype, bucket_bytes: int, buckets: list[int],
+                           world_size: int = 2, steps: int = 2) -> None:
+    """Bucketed DDP of 'chain' with parameters in ``dtype``: buckets sized in bytes of that dtype, sent in it.
+
+    ``bucket_size_mb`` is a size (MiB), so a bucket holds half as many float64 elements as float32
+    ones: the all-reduces must be exactly ``buckets`` (elements), each in ``dtype`` (a bucket
+    flattened into float32 sends other bytes than the contract's), and the gradients after the
+    first step must equal the whole batch's (compared in float32).
+    """
+    name = str(dtype).removeprefix("torch.")
+    numels = [a * b for a, b in zip(models.CHAIN_WIDTHS, models.CHAIN_WIDTHS[1:])][::-1]
+    init = reference.initial_state("chain", 0)
+    inputs, targets = batch("chain", 6, 1)
+    settings = dict(variant="bucketed", model="chain", init_state=init, inputs=inputs, targets=targets, steps=steps,
+                    optimizer="SGD", lr=0.1, bucket_size_mb=bucket_bytes / 2**20, dtype=name)
+    context = (f"bucketed DDP of the 'chain' model in {name} on {world_size} ranks, bucket_size_mb = {bucket_bytes} "
+               f"bytes / 2**20 (weights of {numels} {name} elements of "
+               f"{torch.tensor([], dtype=dtype).element_size()} bytes, last layer first)")
+    ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
+    assert_every_handle_waited(ranks, steps, context)
+    truth = reference.train("chain", init, inputs, targets, steps=1, optimizer="SGD", lr=0.1)
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        for step in range(steps):
+            window = events[events.index(("backward_begin", step)):events.index(("synced", step))]
+            sent = [e for e in window if e[0] == "all_reduce"]
+            assert_same_numels([e[1] for e in sent], buckets, f"{context}; rank {rank}, step {step}")
+            other = sorted({e[2] for e in sent} - {name})
+            assert not other, (
+                f"{context}; rank {rank}, step {step}: the buckets were all-reduced in {other}, the gradients are "
+                f"{name}: flatten each bucket in its gradients' dtype (a cast changes the bytes sent and rounds "
+                f"the gradients)")
+        grads = {key: None if value is None else value.float() for key, value in result["value"]["grads"].items()}
+        assert_state_close(grads, truth["grads"], what="after the first backward and sync, the gradient",
+                           context=f"{context}; rank {rank}")
 
 
 def check_frozen_weight_left_out_of_buckets(adapters, world_size: int, bucket_bytes: int, buckets: list[int],
@@ -356,7 +438,8 @@ def judge_overlap(kernels: list, where: str) -> None:
 
 def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "AdamW",
                           lr: float = 0.05, split_at: int | None = None, add_group_at: int | None = None,
-                          seed: int = 0, rows: int = 6, check_zero_grad: bool = False) -> list[dict]:
+                          seed: int = 0, rows: int = 6, check_zero_grad: bool = False,
+                          closure: bool = False) -> list[dict]:
     """Train ``model`` with the sharded optimizer on ``world_size`` ranks and check it against the plain one.
 
     ``split_at``: the parameters (in ``named_parameters()`` order) are split there into two
@@ -364,22 +447,36 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     step ``add_group_at``. Checks every rank's final state, and its local optimizers' state,
     against one process with the plain optimizer (each parameter with state there has it on some
     rank), and that the local optimizers' parameters split the parameters exactly (each
-    owned by one rank, state only for owned ones, no rank owning all). ``check_zero_grad``: also
-    check ``check_sharded_zero_grad``. Returns the ranks' results.
+    owned by one rank, state only for owned ones, no rank owning all). A local optimizer is an
+    instance of ``optimizer_cls`` that holds a model parameter or steps; one made only to read the
+    class's defaults is not (see the probe). ``check_zero_grad``: also
+    check ``check_sharded_zero_grad``. ``closure``: every step is ``opt.step(closure)`` (the
+    closure clears, forwards and backwards), and each must return the closure's loss, as
+    ``torch.optim.Optimizer.step(closure)`` does. Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
     names = [name for name, _ in reference.build(model).named_parameters()]
     groups = None if split_at is None else [names[:split_at], names[split_at:]]
     settings = dict(model=model, init_state=init, inputs=inputs, targets=targets, steps=steps, optimizer=optimizer,
-                    lr=lr, groups=groups, add_group_at=add_group_at)
+                    lr=lr, groups=groups, add_group_at=add_group_at, closure=closure)
     context = (f"sharded {optimizer}(lr={lr}) on the {model!r} model, {world_size} ranks, {steps} steps"
+               + (", each opt.step(closure) with a closure that runs the forward and backward" if closure else "")
                + (f", second group of {len(groups[1])} parameters added before step {add_group_at}" if groups else ""))
     ranks = ranks_of(run_probe(adapters, "optimizer_state_sharding.train", world_size, settings,
                                timeout_s=RUN_TIMEOUT_S), context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr, groups=groups,
                             add_group_at=add_group_at)
     for rank, result in enumerate(ranks):
+        if closure:
+            value = result["value"]
+            assert len(value["closure_losses"]) == steps, (
+                f"{context}; rank {rank}: the closure passed to step(closure) ran {len(value['closure_losses'])} "
+                f"times in {steps} steps; step(closure) must call it (once) to get the gradients and the loss, "
+                f"as torch.optim.Optimizer.step does: hand it to the local optimizer's step")
+            assert value["returned"] == value["closure_losses"], (
+                f"{context}; rank {rank}: step(closure) returned {value['returned']}, the closure's losses were "
+                f"{value['closure_losses']}: step must return what the closure returned")
         assert_state_close(result["value"]["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
                            context=f"{context}; rank {rank} (after each step every rank must hold every parameter "
                                    "as its owner updated it: broadcast them)")
@@ -397,7 +494,9 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     owned = [result["value"]["owned"] for result in ranks]
     for rank, result in enumerate(ranks):
         value = result["value"]
-        assert value["instances"] >= 1, f"rank {rank} never created a local optimizer of optimizer_cls ({context})"
+        assert value["instances"] >= 1, (
+            f"rank {rank} never created a local optimizer of optimizer_cls that holds a parameter of the model or "
+            f"steps ({value.get('left_out', 0)} other instances, which do neither, are not counted) ({context})")
         extra = sorted(set(value["with_state"]) - set(value["owned"]))
         assert not extra, f"rank {rank} holds optimizer state for parameters it does not own: {extra} ({context})"
         assert len(value["owned"]) == len(set(value["owned"])), (
@@ -450,8 +549,9 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
 
     Checks: each Linear/Embedding weight is held as a float32 shard of at most a 1/world_size
     share (rounded up to whole rows), other parameters whole; gradients after the first sync
-    are float32 and shaped like their parameters; the full parameters after every step equal
-    the whole-batch run's (with the same casts to ``compute_dtype``). Returns the ranks' results.
+    are float32 and shaped like their parameters; the full parameters after every step are
+    float32 (as returned, not cast by the probe) and equal the whole-batch run's (with the same
+    casts to ``compute_dtype``). Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
@@ -493,11 +593,45 @@ def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer
             assert grad[1] == "float32" and grad[0] == value["shards"][name][0], (
                 f"after the first sync, {name}.grad is {grad[1]} of shape {grad[0]}; expected float32 of the "
                 f"parameter's shape {value['shards'][name][0]} ({where})")
+        if model == "fsdp_chain":
+            check_saved_full_weights_freed(result["events"], {n: numel_of(shapes[n]) for n in sharded}, steps, where)
         for step, (got, expected) in enumerate(zip(value["fulls"], truth["states"])):
+            other = {name: str(t.dtype).removeprefix("torch.") for name, t in got.items()
+                     if isinstance(t, torch.Tensor) and t.dtype != torch.float32}
+            assert not other, (
+                f"after step {step}, fsdp_gather_full_params returned {other}: it returns full float32 tensors, the "
+                f"master weights, whatever the compute dtype (gather the float32 shards, not copies cast for the "
+                f"forward) ({where})")
             assert_state_close(got, {k: v for k, v in expected.items() if k in shapes},
                                what=f"after step {step}, the full parameter", context=where,
                                tolerance=FSDP_TOLERANCE[compute_dtype])
     return ranks
+
+
+MAX_SAVED_FULL_WEIGHTS = 1
+"""Full weights autograd may still hold, with their memory, when the backward begins (the last
+layer's, say, kept for its backward at once); the reference holds none."""
+
+
+def check_saved_full_weights_freed(events: list[tuple], numels: dict[str, int], steps: int, where: str) -> None:
+    """The CPU's view of FSDP's memory: full weights that autograd saved are released after their forward.
+
+    A layer's full weight, saved by autograd for the backward, stays allocated unless its storage
+    is released after the forward (and gathered again for the backward): dropping one's own
+    reference frees nothing. The probe reports each tensor still saved at ("backward_begin", s)
+    with the bytes its storage holds; a saved tensor with a sharded weight's number of elements
+    ('fsdp_chain' makes them differ from every activation's) that still holds bytes is a full
+    weight kept alive. The GPU test measures the same in bytes of device memory.
+    """
+    by_numel = {numel: name for name, numel in numels.items()}
+    for step in range(steps):
+        kept = sorted({by_numel[numel_of(e[2])] for e in events
+                       if e[0] == "saved" and e[1] == step and e[4] > 0 and numel_of(e[2]) in by_numel})
+        assert len(kept) <= MAX_SAVED_FULL_WEIGHTS, (
+            f"{where}: when step {step}'s backward began, autograd still held the full weights of {kept} with their "
+            f"memory (at most {MAX_SAVED_FULL_WEIGHTS} may be): a full weight saved for the backward stays allocated "
+            f"until its storage is released (e.g. tensor.untyped_storage().resize_(0) after the layer's forward, "
+            f"and gathered into it again before its backward); dropping your own reference to it frees nothing")
 
 
 def numel_of(shape: list[int]) -> int:

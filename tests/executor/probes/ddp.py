@@ -66,11 +66,21 @@ def optimizer_state_of(optimizers, names: dict[int, str]) -> dict[str, torch.Ten
 
 def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: str, model: str,
                init_state: dict, inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str,
-               lr: float, bucket_size_mb: float | None = None, api: str = "2026", set_to_none: bool = True) -> dict:
-    """One rank's training run (a job of ``parallel_launch``)."""
+               lr: float, bucket_size_mb: float | None = None, api: str = "2026", set_to_none: bool = True,
+               dtype: str | None = None, keyword_input: bool = False) -> dict:
+    """One rank's training run (a job of ``parallel_launch``).
+
+    ``dtype`` ("float64", say): the model's parameters and buffers, and the floating inputs, are
+    cast to it before wrapping; the states and gradients reported keep their dtype.
+    ``keyword_input``: the wrapped model is called as ``wrapped(x=inputs)`` (a module's forward
+    takes keyword arguments; the toy models name their input ``x``).
+    """
     net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES))
     net.load_state_dict(init_state if variant == "flat" else models.perturbed(init_state, rank))
     net.to(device)
+    if dtype is not None:
+        net.to(getattr(torch, dtype))
+        inputs = inputs.to(getattr(torch, dtype)) if inputs.is_floating_point() else inputs
     per_rank = inputs.shape[0] // world_size
     x = inputs[rank * per_rank:(rank + 1) * per_rank].to(device)
     y = targets[rank * per_rank:(rank + 1) * per_rank].to(device)
@@ -100,7 +110,7 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: st
         record("step", step)
         at_start(wrapped, opt)
         opt.zero_grad(set_to_none=set_to_none)
-        loss = models.loss_of(model, wrapped(x), y)
+        loss = models.loss_of(model, wrapped(x=x) if keyword_input else wrapped(x), y)
         record("backward_begin", step)
         loss.backward()
         record("backward_end", step)

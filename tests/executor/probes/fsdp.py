@@ -8,12 +8,17 @@ module), the dtype and shape of each gradient after the first step's synchronisa
 parameters (``fsdp_gather_full_params``) after every step, and its event log with these
 markers: ("step", s), ("forward_begin", s), ("backward_begin", s), ("backward_end", s),
 ("synced", s), plus ("layer_begin"/"layer_end", name) and ("backward_reached", name) from the
-``fsdp_chain`` model.
+``fsdp_chain`` model. Memory, as the CPU can see it: every tensor autograd saves during a
+forward is noted (through ``saved_tensors_hooks``, weakly: the probe keeps nothing alive), and
+at ("backward_begin", s) each one still alive is reported as ("saved", s, shape, dtype, bytes
+its storage still holds): a full weight that was freed after its forward (its storage released)
+shows 0 bytes; one kept shows its size.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 
 import torch
 
@@ -48,7 +53,23 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
         record("step", step)
         opt.zero_grad(set_to_none=True)
         record("forward_begin", step)
-        loss = models.loss_of(model, fsdp(x), y)
+        saved: list[weakref.ref] = []
+
+        def note(tensor: torch.Tensor) -> torch.Tensor:
+            try:
+                saved.append(weakref.ref(tensor))
+            except TypeError:
+                pass
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(note, lambda tensor: tensor):
+            loss = models.loss_of(model, fsdp(x), y)
+        for ref in saved:
+            tensor = ref()
+            if tensor is not None:
+                record("saved", step, list(tensor.shape), str(tensor.dtype).removeprefix("torch."),
+                       tensor.untyped_storage().nbytes())
+        del saved
         record("backward_begin", step)
         loss.backward()
         record("backward_end", step)
@@ -59,7 +80,7 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
                      for name, p in fsdp.module.named_parameters()}
         opt.step()
         record("gather_full_params", step)
-        fulls.append({name: t.detach().to("cpu", torch.float32).clone()
+        fulls.append({name: t.detach().to("cpu").clone()  # in the dtype returned: the contract's float32
                       for name, t in adapters.fsdp_gather_full_params(fsdp).items()})
     return {"shards": shards, "grads": grads, "fulls": fulls}
 

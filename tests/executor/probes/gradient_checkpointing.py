@@ -18,13 +18,19 @@ from .benchmarking_script import caught
 def run(load_adapters: Callable[[], Any], overrides: dict, state: dict, inputs: torch.Tensor, targets: torch.Tensor,
         block_size: int) -> dict:
     """Returns {"outcome": caught(logits), "grads", "layer_calls" (forward calls of each layer),
+    "order" (the index of each layer call, in the order they ran, recomputations included),
     "saved_bytes" (bytes autograd saved outside any checkpoint during the forward)}."""
     adapters = load_adapters()
     model = adapters.get_transformer_lm(model_overrides=overrides)
     model.load_state_dict(state)
     calls = [0] * len(model.layers)
-    hooks = [layer.register_forward_pre_hook(lambda module, args, i=i: calls.__setitem__(i, calls[i] + 1))
-             for i, layer in enumerate(model.layers)]
+    order: list[int] = []
+
+    def called(i: int) -> None:
+        calls[i] += 1
+        order.append(i)
+
+    hooks = [layer.register_forward_pre_hook(lambda module, args, i=i: called(i)) for i, layer in enumerate(model.layers)]
     saved = {"bytes": 0}
 
     def pack(tensor):
@@ -43,7 +49,7 @@ def run(load_adapters: Callable[[], Any], overrides: dict, state: dict, inputs: 
     finally:
         for hook in hooks:
             hook.remove()
-    return {"outcome": outcome, "grads": grads, "layer_calls": calls, "saved_bytes": saved["bytes"]}
+    return {"outcome": outcome, "grads": grads, "layer_calls": calls, "order": order, "saved_bytes": saved["bytes"]}
 
 
 PROBES = {"run": run}

@@ -16,8 +16,12 @@ and its optimizers imported, so a run starts in a fraction of a second), each of
 4. runs the job, and saves what it returns (plain data and CPU tensors) for the parent.
 
 A job that raises, a rank that dies and a run that hangs all come back as data: ``errors``
-names each failed rank with its traceback, and ``timed_out`` says that the run was killed
-after ``timeout_s`` seconds. The verdict on all of it is made in the harness.
+names each failed rank with its traceback (or, for a rank killed before it reported, the
+signal that killed it), and ``timed_out`` says that the run was killed after ``timeout_s``
+seconds. A rank's report is its saved result, written whole (to a temporary name, then
+renamed): a rank that dies or hangs after reporting (gloo's threads can abort or block in the
+teardown; "terminate called without an active exception") has done its part, and its verdict
+comes from its report. The verdict on all of it is made in the harness.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import importlib.util
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -53,6 +58,8 @@ COLLECTIVES = (
 _ALIASES = {"all_gather_single": "all_gather_into_tensor", "_all_gather_base": "all_gather_into_tensor",
             "reduce_scatter_single": "reduce_scatter_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
 _depth = 0
+TEARDOWN_GRACE_S = 5.0
+"""Seconds the ranks get to exit once every one has reported; then the stragglers are killed."""
 
 
 def record(*event) -> None:
@@ -93,7 +100,11 @@ class _Waits:
 
 
 class _Future:
-    """A ``torch.futures.Future`` of a logged collective; ``wait()`` and ``value()`` are recorded."""
+    """A ``torch.futures.Future`` of a logged collective; ``wait()`` and ``value()`` are recorded.
+
+    So is ``done()`` when it answers True, and waiting on a future chained by ``then`` (which
+    completes only after this one): each of them shows the collective finished.
+    """
 
     __slots__ = ("_future", "_waits")
 
@@ -105,12 +116,64 @@ class _Future:
         return type(self._future)
 
     def wait(self):
+        result = self._future.wait()
         self._waits.record()
-        return self._future.wait()
+        return result
 
     def value(self):
+        result = self._future.value()
         self._waits.record()
-        return self._future.value()
+        return result
+
+    def done(self):
+        finished = self._future.done()
+        if finished:
+            self._waits.record()
+        return finished
+
+    def then(self, callback):
+        # The callback gets the real future: it may run on a communication thread, whose
+        # timing must leave no trace in the log (only waiting on the chained future does).
+        return _Future(self._future.then(callback), self._waits)
+
+
+class _AllWaits:
+    """The waits of several futures, recorded together (``torch.futures.collect_all``)."""
+
+    __slots__ = ("waits",)
+
+    def __init__(self, waits: list):
+        self.waits = waits
+
+    def record(self) -> None:
+        for waits in self.waits:
+            waits.record()
+
+
+def _unwrapped(futures) -> tuple[list, list]:
+    """(the real futures, the waits of the logged ones) of a list that may hold ``_Future`` wrappers."""
+    real = [object.__getattribute__(f, "_future") if type(f) is _Future else f for f in futures]
+    return real, [object.__getattribute__(f, "_waits") for f in futures if type(f) is _Future]
+
+
+def _wait_all(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def wait_all(futures):
+        real, waits = _unwrapped(futures)
+        values = original(real)
+        _AllWaits(waits).record()
+        return values
+
+    return wait_all
+
+
+def _collect_all(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def collect_all(futures):
+        real, waits = _unwrapped(futures)
+        return _Future(original(real), _AllWaits(waits))
+
+    return collect_all
 
     def __getattr__(self, name):
         return getattr(self._future, name)
@@ -136,6 +199,12 @@ class Handle:
     def wait(self, *args, **kwargs):
         self._waits.record()
         return self._work.wait(*args, **kwargs)
+
+    def is_completed(self):
+        finished = self._work.is_completed()
+        if finished:  # a loop polling until completion also waited
+            self._waits.record()
+        return finished
 
     def get_future(self):
         return _Future(self._work.get_future(), self._waits)
@@ -183,6 +252,12 @@ def log_collectives() -> None:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    futures = torch.futures
+    for name, wrap in (("wait_all", _wait_all), ("collect_all", _collect_all)):
+        if not getattr(getattr(futures, name), "_cs336_logged", False):
+            wrapped = wrap(getattr(futures, name))
+            wrapped._cs336_logged = True
+            setattr(futures, name, wrapped)
     for name in COLLECTIVES:
         for module in (dist, c10d):
             function = getattr(module, name, None)
@@ -243,7 +318,10 @@ def _worker(rank: int, world_size: int, backend: str, store: str, submission: st
         result = {"error": traceback.format_exc()[-8000:], "error_type": base, "message": str(error)[:4000],
                   "events": list(EVENTS or [])}
     try:
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        # Saved whole or not at all: a rank killed while saving must not leave half a report.
+        path = os.path.join(out_dir, f"rank{rank}.pt")
+        torch.save(result, path + ".partial")
+        os.replace(path + ".partial", path)
     finally:
         try:
             import torch.distributed as dist
@@ -265,12 +343,16 @@ def _context():
 
 def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: dict, *,
            backend: str = "gloo", timeout_s: float = 60.0) -> dict:
-    """Run ``job`` on ``world_size`` ranks; return ``{"ranks", "errors", "error_types", "timed_out", "timeout_s"}``.
+    """Run ``job`` on ``world_size`` ranks; return ``{"ranks", "errors", "error_types", "timed_out", "timeout_s",
+    "exit_codes"}``.
 
     ``ranks[r]`` is ``{"value": what the job returned, "events": rank r's event log}``, or None
-    for a rank that failed; ``errors[r]`` is then its traceback (or why it returned nothing),
-    and ``error_types[r]`` the (built-in exception class name, message) of what it raised. The run is killed ``timeout_s`` seconds after it starts, and two
-    seconds after the first rank fails (the others would wait for it forever).
+    for a rank that failed; ``errors[r]`` is then its traceback (or why it returned nothing,
+    naming the signal that killed it), and ``error_types[r]`` the (built-in exception class
+    name, message) of what it raised. The run is killed ``timeout_s`` seconds after it starts,
+    two seconds after the first rank fails (the others would wait for it forever), and
+    ``TEARDOWN_GRACE_S`` after every rank has reported (a rank stuck in the teardown then
+    costs no verdict and no time-out).
     """
     submission = os.path.dirname(os.path.abspath(load_adapters().__file__))
     work = tempfile.mkdtemp(prefix="ranks-")
@@ -284,7 +366,7 @@ def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: 
         for process in processes:
             process.start()
         deadline = time.monotonic() + timeout_s
-        first_failure = None
+        first_failure = all_reported = None
         while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
             # A rank fails when it reports an error, or exits without a result. One that crashes
             # after saving its result (a gloo thread aborting in the teardown) has done its part:
@@ -295,19 +377,29 @@ def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: 
                 first_failure = time.monotonic()
             if first_failure is not None and time.monotonic() - first_failure > 2.0:
                 break
+            if all_reported is None and all(os.path.exists(os.path.join(work, f"rank{rank}.pt"))
+                                            for rank in range(world_size)):
+                all_reported = time.monotonic()
+            if all_reported is not None and time.monotonic() - all_reported > TEARDOWN_GRACE_S:
+                break  # every rank reported; what is left is a teardown that hangs
             time.sleep(0.02)
-        timed_out = any(p.is_alive() for p in processes) and first_failure is None
-        for process in processes:
+        timed_out = any(p.is_alive() for p in processes) and first_failure is None and all_reported is None
+        stopped = set()  # the ranks killed here (after a time-out, another's failure, or a hung teardown)
+        for rank, process in enumerate(processes):
             if process.is_alive():
                 process.kill()
+                stopped.add(rank)
             process.join(5)
         ranks, errors, error_types = [], {}, {}
         for rank, process in enumerate(processes):
             result = _load(work, rank, None)
             if result is None:
-                why = "it was killed: the run hung" if timed_out else f"it exited with status {process.exitcode}"
-                if first_failure is not None and process.exitcode is not None and process.exitcode < 0:
-                    why = "it was stopped after another rank failed"
+                why = f"it exited with status {process.exitcode} before it reported a result"
+                if rank in stopped:
+                    why = "it was stopped after another rank failed" if first_failure is not None else (
+                        "it was killed: the run hung")
+                elif process.exitcode is not None and process.exitcode < 0:
+                    why = f"it was killed by {_signal_name(-process.exitcode)} before it reported a result"
                 errors[rank] = f"rank {rank} returned nothing: {why}"
                 ranks.append(None)
             elif "error" in result:
@@ -316,10 +408,21 @@ def launch(load_adapters: Callable[[], Any], job: str, world_size: int, kwargs: 
                 ranks.append(None)
             else:
                 ranks.append(result)
+        # How each rank ended (None: stopped here; < 0: a signal), reported ranks included: a
+        # rank that aborted in the teardown after its report is counted, never judged.
+        exits = [None if rank in stopped else process.exitcode for rank, process in enumerate(processes)]
         return {"ranks": ranks, "errors": errors, "error_types": error_types, "timed_out": timed_out,
-                "timeout_s": timeout_s}
+                "timeout_s": timeout_s, "exit_codes": exits}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _signal_name(number: int) -> str:
+    """"SIGABRT (signal 6)", or "signal 99" for a number that names no signal."""
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
 
 
 def _load(work: str, rank: int, default):
