@@ -10,17 +10,22 @@ Uses only the standard library.
    interface, which is brought up, so gloo and NCCL rendezvous on 127.0.0.1 still work between
    the processes it starts, while no address of the host or beyond can be reached, and no port
    it binds (29500 included) is seen by anything outside;
-2. ``prepare(uid, gid)``, when given, while still root (the leaderboard's worker covers closed
+2. ``own_files(keep)``: a mount namespace of its own, with a fresh, size-bounded tmpfs over each
+   folder every user may write (``PRIVATE_DIRS``: ``/tmp``, ``/var/tmp``, ``/dev/shm``,
+   ``/run/lock``), so that two grades cannot meet through a socket file or a file there, and
+   shared memory counts against a bound of its own; the process's own folders that lie under
+   one (its work folder, its interpreter) are bound back in place;
+3. ``prepare(uid, gid)``, when given, while still root (the leaderboard's worker covers closed
    directories on the way to its interpreter with views there);
-3. ``drop_privileges``: every supplementary group dropped, then the group and user ids (real,
+4. ``drop_privileges``: every supplementary group dropped, then the group and user ids (real,
    effective and saved) set to the leased ones, checked, and no way back to root.
 
 ``harden()``, after that: ``PR_SET_NO_NEW_PRIVS`` (no set-uid program or file capability can
 give privileges back), ``PR_SET_PDEATHSIG`` (the process dies with its parent; set after the
 drop, which clears it) and no core files.
 
-Where the kernel refuses a network namespace (an unprivileged container), step 1 is skipped and
-``network_confined`` says so; the executor's tripwire still refuses the submission's Python
+Where the kernel refuses a network or mount namespace (an unprivileged container), step 1 or 2
+is skipped and ``network_confined`` or ``files_confined`` says so; the executor's tripwire still refuses the submission's Python
 sockets to addresses that are not loopback.
 """
 
@@ -32,11 +37,17 @@ import os
 import signal
 import socket
 import struct
+import sys
 from collections.abc import Callable
 
 from confine import limits
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+# Folders any user may write, each covered by a tmpfs of this size (tmpfs pages are memory).
+PRIVATE_DIRS = {"/tmp": "1g", "/var/tmp": "256m", "/dev/shm": "1g", "/run/lock": "16m"}
+files_confined = False
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -74,6 +85,56 @@ def own_network() -> bool:
     return True
 
 
+def _mount(source: bytes | None, target: str, kind: bytes | None, flags: int, data: bytes | None, what: str) -> None:
+    c = libc()
+    c.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+    check(c.mount(source, target.encode(), kind, flags, data), what)
+
+
+def _make_path(path: str, top: str) -> None:
+    """``mkdir -p path`` below ``top``, each new folder traversable by every user (0755), whatever the umask."""
+    parts = os.path.relpath(path, top).split(os.sep)
+    current = top
+    for part in parts:
+        current = os.path.join(current, part)
+        if not os.path.isdir(current):
+            os.mkdir(current)
+            os.chmod(current, 0o755)
+
+
+def own_files(keep: list[str]) -> bool:
+    """Step 2 of the module docstring; False where the kernel refuses a mount namespace. ``keep``:
+    paths this process needs that may lie under one of ``PRIVATE_DIRS``."""
+    global files_confined
+    if libc().unshare(CLONE_NEWNS) != 0:
+        return False
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making this process's mounts private")
+    kept = sorted({os.path.realpath(path) for path in keep if path and os.path.exists(path)})
+    for directory, size in PRIVATE_DIRS.items():
+        if os.path.islink(directory) or not os.path.isdir(directory):
+            continue
+        real = os.path.realpath(directory)
+        under = [path for path in kept if path == real or path.startswith(real + "/")]
+        if real in under:
+            continue  # the process runs from the folder itself: leave it as it is
+        tops = [path for path in under if not any(other != path and path.startswith(other + "/") for other in under)]
+        handles = [(path, os.open(path, os.O_PATH)) for path in tops]
+        try:
+            _mount(b"tmpfs", real, b"tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777".encode(),
+                   f"a private {directory}")
+            for path, handle in handles:
+                is_dir = os.path.isdir(f"/proc/self/fd/{handle}")
+                _make_path(path if is_dir else os.path.dirname(path), real)
+                if not is_dir:
+                    open(path, "a").close()
+                _mount(f"/proc/self/fd/{handle}".encode(), path, None, MS_BIND | MS_REC, None, f"keeping {path}")
+        finally:
+            for _, handle in handles:
+                os.close(handle)
+    files_confined = True
+    return True
+
+
 def drop_privileges(uid: int, gid: int) -> None:
     """Become uid/gid for good: no supplementary groups, real = effective = saved ids."""
     os.setgroups([])
@@ -108,6 +169,8 @@ def enter(uid: int | None, gid: int | None = None, prepare: Callable[[int, int],
     if os.geteuid() != 0:
         raise ConfinementError(f"the process must start as root to drop to uid {uid}; it runs as uid {os.geteuid()}")
     own_network()
+    own_files([os.getcwd(), os.path.dirname(os.getcwd()), sys.prefix, sys.base_prefix, sys.exec_prefix,
+               os.path.dirname(sys.executable), *sys.path, *(arg for arg in sys.argv if arg.startswith("/"))])
     if prepare is not None:
         prepare(uid, gid)
     drop_privileges(uid, gid)

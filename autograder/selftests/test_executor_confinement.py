@@ -150,20 +150,82 @@ def _leftovers(uid: int) -> list[str]:
             for path in glob.glob(os.path.join(folder, f"cs336-leftover-{uid}-*"))]
 
 
-def test_a_lease_ends_with_no_file_of_its_user_left(tmp_path):
+def test_what_an_executor_leaves_in_shared_folders_never_reaches_the_host(tmp_path):
+    """Unconfined, the fixture leaves its files in the host's shared folders (so this test can
+    fail); confined, they live in the executor's own tmpfs, and no file of its uid is left."""
     submission = materialize(get("leftover_files"), tmp_path / "submission")
     for path in (tmp_path / "submission").rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
+    plain = _executor(submission, tmp_path / "plain", None)
+    try:
+        _import_submission(plain)
+    finally:
+        plain.stop()
+    written = _leftovers(os.getuid())
+    for path in written:  # /var/lock may be a link to /run/lock: each file is listed twice there
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    assert written, "unconfined, the fixture must leave files in the host's shared folders"
     lease = uid_pool.lease()
     uid = lease.uid
     try:
         executor = _executor(submission, tmp_path / "confined", lease)
         try:
             _import_submission(executor)
+            assert executor.greeting.get("files_confined"), "the executor did not get shared folders of its own"
+            assert _leftovers(uid) == [], f"the executor's files reached the host: {_leftovers(uid)}"
         finally:
             executor.stop()
-        written = _leftovers(uid)
-        assert written, "the fixture must have left files while its lease was held (else this test proves nothing)"
     finally:
         lease.release()
     assert _leftovers(uid) == [], f"files of uid {uid} outlived its lease: {_leftovers(uid)}"
+
+
+@pytest.fixture
+def meeting_submission(tmp_path):
+    submission = materialize(get("shared_folders"), tmp_path / "submission")
+    for path in (tmp_path / "submission").rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield submission
+    for path in ("/tmp/cs336-meeting.sock", "/tmp/cs336-meeting", "/var/tmp/cs336-meeting", "/dev/shm/cs336-meeting"):
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _meet(executor: Executor, action: str):
+    executor.begin_test()
+    return executor.call("meet_in_shared_folders", None, (action,), {})
+
+
+def test_two_grades_cannot_meet_through_a_socket_file_or_a_file(meeting_submission, tmp_path):
+    first, second = (_executor(meeting_submission, tmp_path / name, None) for name in ("a", "b"))
+    try:
+        assert _meet(first, "plant") is True
+        assert "connected" in _meet(second, "look"), "unconfined, the two executors must meet (else this proves nothing)"
+    finally:
+        first.stop()
+        second.stop()
+    for path in ("/tmp/cs336-meeting.sock", "/tmp/cs336-meeting", "/var/tmp/cs336-meeting", "/dev/shm/cs336-meeting"):
+        if os.path.exists(path):
+            os.unlink(path)
+    with uid_pool.leased() as lease_a, uid_pool.leased(1) as lease_b:
+        first = _executor(meeting_submission, tmp_path / "ca", lease_a)
+        second = _executor(meeting_submission, tmp_path / "cb", lease_b)
+        try:
+            assert _meet(first, "plant") is True
+            assert _meet(second, "look") == [], "a confined executor found another grade's socket or files"
+        finally:
+            first.stop()
+            second.stop()
+
+
+def test_dev_shm_is_bounded(meeting_submission, tmp_path):
+    with uid_pool.leased() as lease:
+        executor = _executor(meeting_submission, tmp_path / "fill", lease)
+        try:
+            written = _meet(executor, "fill")
+        finally:
+            executor.stop()
+    assert written <= (1 << 30) + (64 << 20), f"the executor wrote {written / 2**30:.2f} GiB to /dev/shm"

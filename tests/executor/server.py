@@ -205,7 +205,8 @@ class Server:
         if op == "release":
             return None
         if op == "hello":
-            return {"pid": os.getpid(), "uid": os.getuid(), "network_confined": identity.network_confined}
+            return {"pid": os.getpid(), "uid": os.getuid(), "network_confined": identity.network_confined,
+                    "files_confined": identity.files_confined}
         raise ValueError(f"unknown request {op!r}")
 
     def answer(self, request: dict) -> dict:
