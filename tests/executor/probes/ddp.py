@@ -70,8 +70,8 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: st
                dtype: str | None = None, keyword_input: bool = False) -> dict:
     """One rank's training run (a job of ``parallel_launch``).
 
-    ``dtype`` ("float64", say): the model's parameters and buffers, and the floating inputs, are
-    cast to it before wrapping; the states and gradients reported keep their dtype.
+    ``dtype`` ("float64", say): the model's parameters and buffers, and the floating inputs and
+    targets, are cast to it before wrapping; the states and gradients reported keep their dtype.
     ``keyword_input``: the wrapped model is called as ``wrapped(x=inputs)`` (a module's forward
     takes keyword arguments; the toy models name their input ``x``).
     """
@@ -81,6 +81,7 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: st
     if dtype is not None:
         net.to(getattr(torch, dtype))
         inputs = inputs.to(getattr(torch, dtype)) if inputs.is_floating_point() else inputs
+        targets = targets.to(getattr(torch, dtype)) if targets.is_floating_point() else targets  # CUDA's losses refuse mixed dtypes
     per_rank = inputs.shape[0] // world_size
     x = inputs[rank * per_rank:(rank + 1) * per_rank].to(device)
     y = targets[rank * per_rank:(rank + 1) * per_rank].to(device)
