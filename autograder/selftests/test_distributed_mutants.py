@@ -45,7 +45,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     command = [sys.executable, "-m", "fixtures.mutants.run_jobs", str(root / "jobs.json"),
                "--workers", "2"] + ([] if gpus.count() else ["--fork"])
     env = {k: v for k, v in os.environ.items() if k != "CS336_SUBMISSION"}
-    done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"a pytest job crashed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return {job["name"]: _outcomes(Path(job["report"]), Path(job["log"])) for job in jobs}
 
