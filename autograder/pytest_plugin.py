@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sysconfig
 import time
 import types
 from pathlib import Path
@@ -38,6 +39,9 @@ from autograder.test_pool import Pool, rotated
 _PR_SET_DUMPABLE = 4
 _MAX_TEXT = 8000
 _KIT_PREFIX = f"{Path(__file__).resolve().parents[1]}/"  # the grading machine's kit folder, which no student sees
+# The grading machine's library folders (site-packages, the standard library), longest first.
+_LIBRARY_PREFIXES = sorted({f"{path}/" for key in ("purelib", "platlib", "stdlib", "platstdlib")
+                            if (path := sysconfig.get_paths().get(key))}, key=len, reverse=True)
 
 
 def _not_dumpable() -> None:
@@ -75,7 +79,10 @@ def head_and_tail(text: str, limit: int) -> str:
 def kit_relative(text: str) -> str:
     """``text`` with the kit's absolute folder left out of every path (``tests/test_x.py:12``, not
     the grading machine's ``/autograder/source/kit/tests/test_x.py:12``)."""
-    return text.replace(_KIT_PREFIX, "")
+    text = text.replace(_KIT_PREFIX, "")
+    for prefix in _LIBRARY_PREFIXES:  # torch's own frames: where the grader's Python lives is not the student's business
+        text = text.replace(prefix, "")
+    return text
 
 
 def _text(report) -> str:

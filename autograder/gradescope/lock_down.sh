@@ -19,6 +19,7 @@ for folder in results reference fixtures autograder/selftests autograder/tools a
     if [ -e "$folder" ]; then chmod -R go-rwx "$folder"; fi
 done
 for file in autograder/hidden_seed autograder/manifest.toml autograder/test_durations.toml autograder/README.md \
+            autograder/part2_contracts.md \
             confine/THREAT_MODEL.md; do
     if [ -e "$file" ]; then chmod 600 "$file"; fi
 done

@@ -47,7 +47,10 @@ print(json.dumps(records))
 
 def kit_copy() -> Path:
     """What a parent needs of the kit, plus the files the attacks go for, readable by everyone."""
-    kit = Path(tempfile.mkdtemp(prefix="leaderboard-kit-"))
+    # Outside /tmp: a worker has a /tmp of its own (confine/identity.py own_files), so a kit there
+    # could not be found at all, and the attacks below must find it to show that finding is not enough.
+    (ROOT / "build").mkdir(exist_ok=True)
+    kit = Path(tempfile.mkdtemp(prefix="leaderboard-kit-", dir=ROOT / "build"))
     os.chmod(kit, 0o755)
     ignore = shutil.ignore_patterns("__pycache__", "results")
     shutil.copytree(ROOT / "leaderboard", kit / "leaderboard", symlinks=True, ignore=ignore)

@@ -309,6 +309,7 @@ class Executor(ExecutorProcess):
             (v for v in (value if isinstance(value, (list, tuple)) else ()) if isinstance(v, torch.Tensor)), None)
         if self._last_graph is not None and output is not None:
             self._triton_graphs[self._last_graph] = {"Q": Q, "K": K, "V": V, "O": output.detach(), "is_causal": is_causal}
+        self._causal = is_causal
         return replays.Call(known={"Q": Q, "K": K, "V": V}, outputs={"O": output} if output is not None else {},
                             d=int(Q.shape[-1]) if Q.dim() else 1, config=self._config_for("call"), what="forward")
 
@@ -320,8 +321,28 @@ class Executor(ExecutorProcess):
         dO = grad.detach()
         D = (dO.to(torch.float64) * O.to(torch.float64)).sum(-1)
         outputs = {name: g for name, g in zip(("dQ", "dK", "dV"), grads) if isinstance(g, torch.Tensor)}
+        self._causal = saved["is_causal"]
         return replays.Call(known={"Q": Q, "K": K, "V": V, "O": O, "dO": dO, "L": L, "D": D}, outputs=outputs,
                             d=int(Q.shape[-1]), config=self._config_for("backward"), what="backward")
+
+    def _raise_if_wrong(self, call: replays.Call) -> None:
+        """Raise the tests' own mismatch error if one of ``call``'s outputs is wrong: a submission
+        whose values are wrong fails on them, and learns what was wrong, before any replay verdict."""
+        from tests.checks.assertions import assert_close
+        from tests.checks.flash_reference import attention_float64
+        from tests.checks.flash_tolerances import tolerance
+
+        known = call.known
+        if call.what == "forward":
+            truth = {"O": attention_float64(known["Q"], known["K"], known["V"], self._causal).O}
+        else:
+            result = attention_float64(known["Q"], known["K"], known["V"], self._causal, known["dO"])
+            truth = {"dQ": result.dQ, "dK": result.dK, "dV": result.dV}
+        for name, output in call.outputs.items():
+            if name in truth:
+                tol = tolerance(output.dtype, name, "triton")
+                assert_close(output, truth[name], atol=tol.atol + tol.max_frac * float(truth[name].abs().max()),
+                             rtol=tol.rtol, what=name, context=f"the Triton Function's {call.what}")
 
     def _check_replay(self, record: Any, call: replays.Call, began: float) -> None:
         """Raise replay.NoCredit unless the replay reproduces the call's outputs. Its time is the
@@ -334,6 +355,9 @@ class Executor(ExecutorProcess):
             except ProtocolError as error:
                 raise replays.NoCredit(f"the Triton Function's {call.what} sent a launch record the grader "
                                        f"cannot replay ({error})") from None
+            except replays.NoCredit:
+                self._raise_if_wrong(call)  # a wrong output is the test's verdict to give, in its own words
+                raise
             self._count_configs({(l["file"], l["name"]) for l in record["launches"]}, None)
         finally:
             if self.budget is not None:
@@ -342,6 +366,7 @@ class Executor(ExecutorProcess):
 
     _tag: str | None = None
     _backward_record: Any = None
+    _causal: bool = False
 
     def _wait_until(self) -> float:
         if self.budget is not None:

@@ -134,6 +134,12 @@ def match(view: torch.Tensor, call: Call) -> tuple[str, torch.Tensor] | None:
     return None
 
 
+def _reproduces(actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | float) -> bool:
+    """Every element within ``bound``, or the same non-finite value (a wrong output is reproduced too)."""
+    same = (actual == expected) | (torch.isnan(actual) & torch.isnan(expected))
+    return bool((((actual - expected).abs() <= bound) | same).all())
+
+
 def _view(flat: torch.Tensor, offset: int, shape: list, stride: list, dtype: torch.dtype) -> torch.Tensor:
     raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
     usable = raw.numel() - raw.numel() % torch.empty(0, dtype=dtype).element_size()
@@ -344,12 +350,9 @@ class Replays:
                 continue
             small = _sample(view.reshape(expected.shape)).to(torch.float64)
             for factor in scales(call.d):
-                both_nan = torch.isnan(small * factor) & torch.isnan(small_expected)
-                if not bool((((small * factor - small_expected).abs() <= small_bound) | both_nan).all()):
+                if not _reproduces(small * factor, small_expected, small_bound):
                     continue  # the sample already differs: not this view at this factor
-                scaled = view.to(torch.float64).reshape(expected.shape) * factor
-                both_nan = torch.isnan(scaled) & torch.isnan(expected)
-                if bool((((scaled - expected).abs() <= bound) | both_nan).all()):
+                if _reproduces(view.to(torch.float64).reshape(expected.shape) * factor, expected, bound):
                     return True
         return False
 
