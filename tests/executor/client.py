@@ -265,7 +265,7 @@ class Executor(ExecutorProcess):
         try:
             value = self.codec.decode(reply.get("ok"))
             record = self.codec.decode(reply["replay"]) if message.get("watch") and "replay" in reply else None
-            self._backward_record = record
+            self._last_record = record
         except ProtocolError as error:
             raise self._fail(f"the process running the submission sent a malformed value ({error})") from None
         finally:
@@ -358,14 +358,13 @@ class Executor(ExecutorProcess):
             except replays.NoCredit:
                 self._raise_if_wrong(call)  # a wrong output is the test's verdict to give, in its own words
                 raise
-            self._count_configs({(l["file"], l["name"]) for l in record["launches"]}, None)
         finally:
             if self.budget is not None:
                 self.budget.exclude(time.monotonic() - began)
                 self.deadline = self.budget.wall_deadline()
 
     _tag: str | None = None
-    _backward_record: Any = None
+    _last_record: Any = None  # the launch record of the last watched request
     _causal: bool = False
 
     def _wait_until(self) -> float:
@@ -447,7 +446,7 @@ class Executor(ExecutorProcess):
                 g is None or isinstance(g, torch.Tensor) for g in grads):
             raise ExecutorFailure(f"the backward sent {type(grads).__name__} instead of {link.n_inputs} gradients")
         if saved is not None:
-            self._check_replay(self._backward_record, self._backward_call(saved, grad, grads), began)
+            self._check_replay(self._last_record, self._backward_call(saved, grad, grads), began)
         return grads
 
 

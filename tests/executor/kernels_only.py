@@ -33,6 +33,7 @@ and this rule is what keeps that Python within Triton's language.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ DENIED_ATTRIBUTES = frozenset({"handle", "data", "os", "sys", "builtins", "subpr
                                "tools", "testing", "profiler", "experimental", "interpreter"})
 
 
+@functools.cache  # it imports triton: once, on first use
 def allowed_attributes() -> frozenset[str]:
     """The attribute names a replayed body may use: the public names of Triton's language (its
     functions, tensors, dtypes, constexprs, block pointers, descriptors, ``libdevice``), of
@@ -254,7 +256,7 @@ def _keep_kernel(result: KernelsOnly, reader: _Reader, path: str, node: ast.Func
             result.autotune[key] = _read_configs(decorator, reader)
             if any(keyword.arg == "prune_configs_by" for keyword in decorator.keywords):
                 result.pruned.add(key)
-    problem = _body_problem(node, names, _ATTRIBUTES())
+    problem = _body_problem(node, names, allowed_attributes())
     if problem is not None:
         result.problems[key] = problem
         return
@@ -273,15 +275,6 @@ def _keep_kernel(result: KernelsOnly, reader: _Reader, path: str, node: ast.Func
 
 
 # -- reading @triton.autotune(configs=...) without running it ------------------------------
-
-
-_attributes_cache: list[frozenset[str]] = []
-
-
-def _ATTRIBUTES() -> frozenset[str]:  # noqa: N802  computed once, on first use (it imports triton)
-    if not _attributes_cache:
-        _attributes_cache.append(allowed_attributes())
-    return _attributes_cache[0]
 
 
 class _Unreadable(Exception):

@@ -117,13 +117,26 @@ def _initial(flat: torch.Tensor) -> list:
     if flat.numel() == 0:
         return ["const", 0]
     first = flat[:1]
-    if bool(torch.isnan(first).all()) if flat.is_floating_point() else False:
-        if bool(torch.isnan(flat).all()):
-            return ["const", float("nan")]
-    elif bool((flat == first).all()):
-        value = first.item()
-        return ["const", value]
+    if flat.is_floating_point() and bool(torch.isnan(flat).all()):
+        return ["const", float("nan")]
+    if bool((flat == first).all()):
+        return ["const", first.item()]
     return ["data", flat.detach().cpu().clone()]
+
+
+def typed(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A storage's bytes (any flat tensor) as a flat tensor of ``dtype``, a trailing part element left out."""
+    raw = raw if raw.dtype == torch.uint8 else raw.view(torch.uint8)
+    size = torch.empty(0, dtype=dtype).element_size()
+    return raw[: raw.numel() - raw.numel() % size].view(dtype)
+
+
+def storage_view(raw: torch.Tensor, offset: int, shape: list, stride: list, dtype: str) -> torch.Tensor:
+    """The view a record's ``["tensor", storage, offset, shape, stride, dtype]`` names, over that storage's bytes.
+    (For the harness and the replay; the leaderboard's worker, which has no ``wire.py``, never calls it.)"""
+    from .wire import DTYPES
+
+    return typed(raw, DTYPES[dtype]).as_strided(shape, stride, offset)
 
 
 class LaunchLog:

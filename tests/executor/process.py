@@ -5,11 +5,10 @@ changing how the submission's process is confined or what a crash says. The cont
 
 - ``ExecutorSettings`` says how to run it; ``ExecutorProcess`` runs one process at a time;
 - ``start`` copies the runtime (this package and the confinement modules ``confine.EXECUTOR_FILES``)
-  and the submission into ``workdir`` once, then starts ``server.py`` as the leased user in a
-  session of its own, with only the environment variables in ``_PASSED_ENV`` and its own home,
-  caches and temporary folder, and waits for its greeting (never charged to a test); ``kernels``
-  holds the ``@triton.jit`` functions of the copy (``triton_source.py``), which ``client.py``
-  checks a Triton call's launches against;
+  and the submission into ``workdir`` once, then starts ``server.py`` (or, for a replay,
+  ``replay_server.py``: ``ExecutorSettings.entry``) as the leased user in a session of its own,
+  with only the environment variables in ``_PASSED_ENV`` and its own home, caches and temporary
+  folder, and waits for its greeting (never charged to a test);
 - ``stop`` kills its whole process group; ``_fail`` stops it, remembers why and returns the
   ``ExecutorFailure`` to raise: how it died (the signal, and the limit it went past) and the last
   lines it printed;
@@ -25,14 +24,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import confine
 
 from .cpu_clock import Budget
-from .triton_source import kernels_in_directory
 from .wire import Closed, ProtocolError, TimedOut, recv_frame, send_frame
 
 RUNTIME_PACKAGE = "cs336_executor"
@@ -75,7 +72,6 @@ class ExecutorSettings:
     test_timeout_s: float | None = None
     python: str = sys.executable
     wall_timeout_s: float | None = None
-    transform: Callable[[str], str] | None = None  # rewrites each .py file of the copy
     entry: str = "server"  # the module of this package the process runs (ENTRIES)
     replay_uid: int | None = None  # the user the replay process runs as (replay.py; None: ``uid``)
 
@@ -104,7 +100,6 @@ class ExecutorProcess:
         self.budget: Budget | None = None  # the current test's time (cpu_clock.Budget; set by client.py)
         self.deadline: float | None = None  # the wall-clock backstop of the current test
         self.greeting: dict = {}  # what the executor said at its start: pid, uid, network_confined
-        self.kernels: dict[str, set[str]] | None = None  # the @triton.jit kernels of the submission's copy
         self._caches_suspect = False
         self._to, self._from = -1, -1
         self._prepared = False
@@ -130,10 +125,6 @@ class ExecutorProcess:
         shutil.copy2(source / "adapters.py", copy / "adapters.py")
         shutil.copytree(source / "cs336_systems", copy / "cs336_systems", symlinks=False,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        if self.settings.transform is not None:
-            for path in copy.rglob("*.py"):
-                path.write_text(self.settings.transform(path.read_text(errors="replace")))
-        self.kernels = kernels_in_directory(copy)  # read before the copy becomes the executor user's
         # The runtime (kit code) is readable by all; the folder itself only traversable; the
         # submission's copy and the executor's folders belong to its user alone, so that no other
         # grade's executor on the host can read this student's code.

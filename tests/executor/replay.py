@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,9 @@ from typing import Any
 import torch
 
 from . import kernels_only
+from .launches import storage_view
 from .process import ExecutorFailure, ExecutorProcess, ExecutorSettings
-from .wire import Closed, ProtocolError, TimedOut, recv_frame, send_frame
+from .wire import DTYPES, Closed, ProtocolError, TimedOut, recv_frame, send_frame
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -47,9 +49,6 @@ REPLAY_TIMEOUT_S = 300.0  # a replay's wall-clock limit: its compiles included
 REPLAY_REPLY_BYTES = 1 << 31
 _MATCH_TOLERANCE = {torch.float32: (1e-3, 1e-4), torch.float64: (1e-6, 1e-8), torch.float16: (1e-2, 2e-3),
                     torch.bfloat16: (3e-2, 1e-2)}
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-           "int32": torch.int32, "int64": torch.int64, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-           "bool": torch.bool}
 
 
 class NoCredit(AssertionError):
@@ -140,20 +139,14 @@ def _reproduces(actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tenso
     return bool((((actual - expected).abs() <= bound) | same).all())
 
 
-def _view(flat: torch.Tensor, offset: int, shape: list, stride: list, dtype: torch.dtype) -> torch.Tensor:
-    raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
-    usable = raw.numel() - raw.numel() % torch.empty(0, dtype=dtype).element_size()
-    return raw[:usable].view(dtype).as_strided(shape, stride, offset)
-
-
-def _check_record(record: Any, kernels: kernels_only.KernelsOnly) -> None:
+def _check_record(record: Any) -> None:
     """Refuse a record that is not the shape ``launches.LaunchRecord`` writes."""
     if not (isinstance(record, dict) and isinstance(record.get("launches"), list) and isinstance(record.get("storages"), list)):
         raise ProtocolError("a malformed launch record")
     storages = record["storages"]
     for spec in storages:
         if not (isinstance(spec, dict) and type(spec.get("nbytes")) is int and spec["nbytes"] >= 0
-                and spec.get("dtype") in _DTYPES and isinstance(spec.get("init"), list) and spec["init"]):
+                and spec.get("dtype") in DTYPES and isinstance(spec.get("init"), list) and spec["init"]):
             raise ProtocolError("a malformed storage in the launch record")
         init = spec["init"]
         if init[0] == "const":
@@ -170,9 +163,9 @@ def _check_record(record: Any, kernels: kernels_only.KernelsOnly) -> None:
         if not (len(value) == 6 and type(value[1]) is int and 0 <= value[1] < len(storages) and type(value[2]) is int
                 and value[2] >= 0 and isinstance(value[3], list) and isinstance(value[4], list)
                 and len(value[3]) == len(value[4]) and all(type(v) is int and v >= 0 for v in value[3] + value[4])
-                and value[5] in _DTYPES):
+                and value[5] in DTYPES):
             return False
-        size = torch.empty(0, dtype=_DTYPES[value[5]]).element_size()
+        size = torch.empty(0, dtype=DTYPES[value[5]]).element_size()
         extent = value[2] + sum((n - 1) * s for n, s in zip(value[3], value[4])) + 1 if all(value[3]) else 0
         return extent * size <= storages[value[1]]["nbytes"]
 
@@ -209,7 +202,7 @@ class Replays:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         self.process = ExecutorProcess(replace(settings, submission=self.tree, entry="replay_server",
-                                               test_timeout_s=None, transform=None))
+                                               test_timeout_s=None))
 
     def close(self) -> None:
         self.process.stop()
@@ -219,7 +212,7 @@ class Replays:
 
     def check(self, record: Any, call: Call) -> None:
         """Raise NoCredit unless the replay of ``record`` on the harness's values reproduces ``call.outputs``."""
-        _check_record(record, self.kernels)
+        _check_record(record)
         launches = record["launches"]
         if not launches:
             raise NoCredit(f"the Triton Function's {call.what} launched none of your @triton.jit kernels: the "
@@ -312,7 +305,7 @@ class Replays:
                 entry["init"] = ["poison"]
             else:
                 kernel, argument, (_, _, offset, shape, stride, dtype) = first_views[index]
-                view = _view(init[1], offset, shape, stride, _DTYPES[dtype])
+                view = storage_view(init[1], offset, shape, stride, dtype)
                 found = match(view, call) if view.is_floating_point() else None
                 if found is None:
                     entry["init"] = ["poison"]
@@ -332,7 +325,7 @@ class Replays:
                     if key not in seen:
                         seen.add(key)
                         _, sid, offset, shape, stride, dtype = tensor
-                        views.append(_view(finals[sid], offset, shape, stride, _DTYPES[dtype]))
+                        views.append(storage_view(finals[sid], offset, shape, stride, dtype))
         return views
 
     def _found(self, output: torch.Tensor, views: list[torch.Tensor], call: Call, name: str) -> bool:
@@ -361,8 +354,6 @@ class Replays:
         try:
             process.start()
             send_frame(process._to, request)
-            import time
-
             reply = recv_frame(process._from, time.monotonic() + REPLAY_TIMEOUT_S, REPLAY_REPLY_BYTES)
         except ExecutorFailure as failure:
             process.failure = None

@@ -44,11 +44,9 @@ import confine.limits
 from confine import identity
 
 from .kernels_only import ALLOWED_BUILTINS
-from .wire import Closed, recv_frame, send_frame
+from .launches import storage_view, typed
+from .wire import DTYPES, Closed, recv_frame, send_frame
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-           "int32": torch.int32, "int64": torch.int64, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-           "bool": torch.bool}
 _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
                  torch.int32: "i32", torch.int64: "i64", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
                  torch.bool: "i1"}
@@ -158,34 +156,27 @@ class Replayer:
                               f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''}") from None
         if self.device == "cuda":
             torch.cuda.synchronize()
-        return {"storages": [typed.cpu() for _, typed in storages]}
+        return {"storages": [flat.cpu() for _, flat in storages]}
 
     def _storage(self, spec: dict):
-        dtype = _DTYPES[spec["dtype"]]
-        nbytes = int(spec["nbytes"])
-        base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        usable = nbytes - nbytes % torch.empty(0, dtype=dtype).element_size()
-        typed = base[:usable].view(dtype)
+        base = torch.empty(int(spec["nbytes"]), dtype=torch.uint8, device=self.device)
+        flat = typed(base, DTYPES[spec["dtype"]])
         init = spec["init"]
         if init[0] == "const":
-            typed.fill_(init[1])
+            flat.fill_(init[1])
         else:
-            _poison(typed)
+            _poison(flat)
             if init[0] == "fill":
                 for offset, shape, stride, view_dtype, values in init[1]:
-                    view_base = base[: nbytes - nbytes % torch.empty(0, dtype=_DTYPES[view_dtype]).element_size()]
-                    flat = view_base.view(_DTYPES[view_dtype])
-                    index = torch.arange(flat.numel(), device=self.device).as_strided(shape, stride, offset)
-                    flat[index.reshape(-1)] = values.to(device=self.device, dtype=flat.dtype).reshape(-1)
-        return base, typed
+                    target = typed(base, DTYPES[view_dtype])
+                    index = torch.arange(target.numel(), device=self.device).as_strided(shape, stride, offset)
+                    target[index.reshape(-1)] = values.to(device=self.device, dtype=target.dtype).reshape(-1)
+        return base, flat
 
     def _arg(self, value: Any, storages: list):
         if isinstance(value, list) and value and value[0] == "tensor":
             _, sid, offset, shape, stride, dtype = value
-            base, _ = storages[sid]
-            torch_dtype = _DTYPES[dtype]
-            flat = base[: base.numel() - base.numel() % torch.empty(0, dtype=torch_dtype).element_size()].view(torch_dtype)
-            return flat.as_strided(shape, stride, offset)
+            return storage_view(storages[sid][0], offset, shape, stride, dtype)
         if isinstance(value, list) and value and value[0] == "desc":
             from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -199,13 +190,13 @@ class Replayer:
             raise Refused(f"an argument the grader cannot replay ({value[-1] if value else 'unknown'})")
         return value
 
-def _poison(typed: torch.Tensor) -> None:
-    if typed.is_floating_point():
-        typed.fill_(float("nan"))
-    elif typed.dtype == torch.bool:
-        typed.fill_(True)
+def _poison(flat: torch.Tensor) -> None:
+    if flat.is_floating_point():
+        flat.fill_(float("nan"))
+    elif flat.dtype == torch.bool:
+        flat.fill_(True)
     else:
-        typed.view(torch.uint8).fill_(0x7F)
+        flat.view(torch.uint8).fill_(0x7F)
 
 
 def main(argv: list[str]) -> None:

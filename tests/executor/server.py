@@ -10,8 +10,7 @@ to that request, not a dead process.
 Requests (dicts, see ``wire.py`` for values) and what they return:
 
     {"op": "call", "target": name or handle id, "attr": None or str, "args", "kwargs", "grad": bool, "watch": bool}
-        ``adapters.<name>(*args, **kwargs)``, or ``handle.<attr>(...)``, under ``torch.set_grad_enabled(grad)``;
-        with ``watch``, the names of the aten operators the call ran are returned too (``"aten"``)
+        ``adapters.<name>(*args, **kwargs)``, or ``handle.<attr>(...)``, under ``torch.set_grad_enabled(grad)``
     {"op": "getattr", "target": handle id, "name": str}
     {"op": "probe", "name": str, "args", "kwargs", "grad": bool}
         one of the kit's probes (``probes.PROBES``), given the adapters module first
@@ -25,7 +24,7 @@ Every request may carry ``"release": {"handles": [...], "graphs": [...]}``, and 
 ``"full"`` (a timing test: the submission's autotuners benchmark every config), ``"config:n"``
 (each runs its n-th config), else each keeps the first config that launches (``autotune.py``);
 and ``"timing": true`` (a timing test: PyTorch's defaults, see below).
-The reply is ``{"ok": value, "launches": [[kernel, file], ...], "aten": [...], "autotune_configs": n}``
+The reply is ``{"ok": value, "launches": [[kernel, file], ...], "autotune_configs": n}``
 or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an autotuner had; a
 ``watch``ed call or backward also returns ``"replay"``, the full record of its launches
 (``launches.LaunchRecord``), which the harness replays without this process. In
@@ -52,7 +51,6 @@ import confine.limits
 from confine import identity
 
 from . import probes, tripwire
-from .aten_recorder import AtenRecorder
 from . import autotune
 from .uninitialized import filled
 from .launches import LaunchLog
@@ -95,7 +93,6 @@ class Server:
         self.next_id = 1
         self.leaves: list[torch.Tensor] = []
         self.launch_log = LaunchLog(submission)
-        self.aten: set[str] = set()
         self.probes: dict[str, Any] = {}
         self.codec = Codec(export=self._export, imports={"R": self._resolve, "C": self._callback},
                            on_tensor=self._arrived, encode_tensor_fn=self._encode_tensor)
@@ -174,7 +171,7 @@ class Server:
                 function = getattr(function, request["attr"])
             args = self.codec.decode(request["args"])
             kwargs = self.codec.decode(request["kwargs"])
-            with torch.set_grad_enabled(bool(request.get("grad", True))), AtenRecorder(self.aten, request.get("watch")):
+            with torch.set_grad_enabled(bool(request.get("grad", True))):
                 result = function(*args, **kwargs)
             return self.codec.encode(result)
         if op == "getattr":
@@ -227,7 +224,6 @@ class Server:
                 reply["replay_error"] = f"{type(error).__name__}: {error}"[:500]
         reply["autotune_configs"] = tally.configs
         reply["launches"] = [[launch.name, launch.file] for launch in self.launch_log.take()]
-        reply["aten"], self.aten = sorted(self.aten), set()
         return reply
 
     def call_back(self, callback_id: int, args: tuple, kwargs: dict) -> Any:

@@ -35,9 +35,9 @@ import torch
 
 from confine.frames import Closed, ProtocolError, TimedOut, read_frame, write_frame
 
-__all__ = ["Closed", "Codec", "ProtocolError", "TimedOut", "recv_frame", "send_frame"]
+__all__ = ["DTYPES", "Closed", "Codec", "ProtocolError", "TimedOut", "recv_frame", "send_frame"]
 _SCALARS = (type(None), bool, int, float, str, bytes)
-_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
+DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
 )}
@@ -95,7 +95,7 @@ def decode_tensor(node: list, device_map: Callable[[str], str] | None = None) ->
     if len(node) != 9:
         raise ProtocolError("a tensor record needs 9 fields")
     _, flat, dtype_name, shape, stride, offset, device, requires_grad, graph = node
-    dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+    dtype = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     if type(flat) is not torch.Tensor or dtype is None or flat.dtype != dtype or flat.dim() != 1:
         raise ProtocolError(f"a malformed tensor record (dtype {dtype_name!r})")
     if not (_ints(shape) and _ints(stride) and len(shape) == len(stride) and isinstance(offset, int)
@@ -181,8 +181,8 @@ class Codec:
                 return dict(pairs)
             except TypeError:
                 raise ProtocolError("a dict with an unhashable key") from None
-        if tag == "dt" and len(node) == 2 and node[1] in _DTYPES:
-            return _DTYPES[node[1]]
+        if tag == "dt" and len(node) == 2 and node[1] in DTYPES:
+            return DTYPES[node[1]]
         if tag == "dv" and len(node) == 2 and isinstance(node[1], str):
             try:
                 return torch.device(node[1])
