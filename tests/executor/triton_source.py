@@ -1,9 +1,8 @@
 """Which functions of a submission are ``@triton.jit`` kernels, read from its source text.
 
 The one reading of "this is the submission's own Triton" that every check shares:
-``client.py`` (a Triton Function's call earns credit only for launches of these kernels),
-``provenance.py`` (it removes the stores of exactly these functions) and the leaderboard (a
-GPU kernel counts as the submission's Triton only under one of these names). It runs in the harness or the leaderboard's parent, on their own copies of the
+``kernels_only.py`` (the replay loads exactly these functions) and the leaderboard (a GPU kernel
+counts as the submission's Triton only under one of these names). It runs in the harness or the leaderboard's parent, on their own copies of the
 files; nothing here imports or runs the submission.
 
 A function is a kernel when it is decorated by ``triton.jit`` (bare or called with options,
