@@ -489,3 +489,15 @@ def get_training_step(model: torch.nn.Module, optimizer_settings: dict, compute_
 
     return TrainingStep(model, optimizer_settings, compute_dtype)
 # end edition 2026 -----------------------------------------------------------------------
+
+
+# edition 2026 ---------------------------------------------------------------------------
+# §1.7 nested_checkpointing
+
+
+def run_nested_checkpoint_plan(num_layers: int) -> int | list:
+    """A nested checkpointing plan for ``num_layers`` layers; see ``nested_checkpointing.nested_checkpoint_plan``."""
+    from cs336_systems.nested_checkpointing import nested_checkpoint_plan
+
+    return nested_checkpoint_plan(num_layers)
+# end edition 2026 -----------------------------------------------------------------------
