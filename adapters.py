@@ -460,3 +460,44 @@ def fsdp_on_after_backward(fsdp_model: torch.nn.Module, optimizer: torch.optim.O
 def fsdp_gather_full_params(fsdp_model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{name: full float32 tensor} for every parameter of the wrapped module (call it on every rank)."""
     return fsdp_model.gather_full_params()
+
+
+# edition 2026 ---------------------------------------------------------------------------
+# §3.8 training_step (the training-step board)
+
+
+def get_training_step(model: torch.nn.Module, optimizer_settings: dict, compute_dtype: torch.dtype) -> Any:
+    """Your training step for this rank: an object with ``step(inputs, targets) -> loss`` and ``full_parameters()``.
+
+    Called once on every rank of a ``torch.distributed`` run (2 ranks officially), after
+    ``init_process_group``, with the provided ``TransformerLM`` in float32 (the same initial
+    weights on every rank, on this rank's device), AdamW's settings (``lr``, ``betas``, ``eps``,
+    ``weight_decay``) and the compute dtype (``torch.float32`` or ``torch.bfloat16``). Then:
+
+    - ``step(inputs, targets)``: (rows, seq) token ids of this rank's rows and their next tokens;
+      one full training step: forward in ``compute_dtype``, mean cross-entropy, backward, the
+      communication that averages the gradients over the ranks, one AdamW update. Returns the
+      loss computed by this forward (before the update).
+    - ``full_parameters()``: ``{name: whole tensor}`` for every parameter, under the provided
+      model's names (every rank calls it at the same point).
+
+    The board times ``step`` itself and refuses a step that fails the gate against one process
+    on the whole batch, changes the model, skips the update, never communicates, or stops
+    working once the timing starts; see ``training_step.TrainingStep`` and the handout's §3.8.
+    """
+    from cs336_systems.training_step import TrainingStep
+
+    return TrainingStep(model, optimizer_settings, compute_dtype)
+# end edition 2026 -----------------------------------------------------------------------
+
+
+# edition 2026 ---------------------------------------------------------------------------
+# §1.7 nested_checkpointing
+
+
+def run_nested_checkpoint_plan(num_layers: int) -> int | list:
+    """A nested checkpointing plan for ``num_layers`` layers; see ``nested_checkpointing.nested_checkpoint_plan``."""
+    from cs336_systems.nested_checkpointing import nested_checkpoint_plan
+
+    return nested_checkpoint_plan(num_layers)
+# end edition 2026 -----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Command line of the staff tools: ``python -m autograder {grade,batch,bundle,release} ...``.
 
     python -m autograder grade SUBMISSION [--out DIR] [--require-gpu] [--problems a,b] ...
-    python -m autograder bundle [--out dist/gradescope_autograder.zip]
-    python -m autograder release [--out dist/student]
+    python -m autograder bundle [--out dist/gradescope_autograder.zip] [--edition 2025|2026]
+    python -m autograder release [--out dist/student] [--edition 2025|2026]
     python -m autograder batch EXPORT --out DIR --bundle ZIP [--cluster local|slurm] [--gpus auto] [--jobs N]
                                    [--dry-run] [--partial]
 
@@ -83,7 +83,7 @@ def _bundle(args: argparse.Namespace) -> int:
 
     secret = args.secret if args.secret is not None else os.environ.get("CS336_HIDDEN_SEED")
     try:
-        path = build_bundle(Path(args.out), secret=secret)
+        path = build_bundle(Path(args.out), secret=secret, edition=args.edition)
     except BundleError as error:
         raise SystemExit(f"bundle: {error}")
     print(f"bundle: wrote {path} ({path.stat().st_size / 1e6:.2f} MB); upload it as the Gradescope autograder")
@@ -96,7 +96,7 @@ def _bundle(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     from autograder.release import build_release
 
-    path = build_release(Path(args.out), force=args.force)
+    path = build_release(Path(args.out), force=args.force, edition=args.edition)
     print(f"release: wrote the student tree to {path}")
     return 0
 
@@ -173,11 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--secret", default=None,
                         help="the course's hidden seed to embed (at least 6 characters; default: $CS336_HIDDEN_SEED, "
                              "else a fresh random one)")
+    bundle.add_argument("--edition", choices=("2025", "2026"), default=None,
+                        help="the course edition to grade (default: the manifest's, 2025)")
     bundle.set_defaults(run=_bundle)
 
     release = commands.add_parser("release", help="build the student release tree")
     release.add_argument("--out", default="dist/student")
     release.add_argument("--force", action="store_true", help="replace --out if it exists")
+    release.add_argument("--edition", choices=("2025", "2026"), default=None,
+                         help="the course edition's problems, points and handout (default: the manifest's, 2025)")
     release.set_defaults(run=_release)
 
     from autograder.batch.driver import add_flags

@@ -65,9 +65,17 @@ def _add(archive: zipfile.ZipFile, source: Path, name: str) -> None:
     archive.writestr(info, source.read_bytes())
 
 
-def build_bundle(out: Path, *, kit: Path = KIT, secret: str | None = None) -> Path:
+def build_bundle(out: Path, *, kit: Path = KIT, secret: str | None = None, edition: str | None = None) -> Path:
     """Write the Gradescope autograder zip to ``out``; return its path. ``secret``: the hidden seed
-    to embed (default: a fresh random one); BundleError when shorter than MIN_SECRET_CHARS."""
+    to embed (default: a fresh random one); BundleError when shorter than MIN_SECRET_CHARS.
+    ``edition``: the course edition it grades (default: the manifest's chosen one), written as
+    ``kit/autograder/edition``, which the grader's manifest then reads."""
+    from autograder.manifest import EDITION_FILE, ManifestError, load_manifest
+
+    try:
+        edition = load_manifest(kit / "autograder" / "manifest.toml", edition).edition
+    except ManifestError as error:
+        raise BundleError(str(error)) from error
     out = Path(out)
     if secret is not None and len(secret.strip()) < MIN_SECRET_CHARS:
         raise BundleError(f"the hidden seed must have at least {MIN_SECRET_CHARS} characters; got {len(secret.strip())}")
@@ -77,12 +85,15 @@ def build_bundle(out: Path, *, kit: Path = KIT, secret: str | None = None) -> Pa
         for name in ("setup.sh", "run_autograder"):
             _add(archive, GRADESCOPE / name, name)
         for relative in kit_files(kit):
-            if relative.as_posix() == "autograder/hidden_seed":
+            if relative.as_posix() in ("autograder/hidden_seed", f"autograder/{EDITION_FILE}"):
                 continue  # a local copy never travels; the bundle's own is written below
             _add(archive, kit / relative, f"kit/{relative.as_posix()}")
         info = zipfile.ZipInfo(SEED_FILE, date_time=(2020, 1, 1, 0, 0, 0))
         info.external_attr = (0o600 | stat.S_IFREG) << 16
         archive.writestr(info, seed + "\n")
+        info = zipfile.ZipInfo(f"kit/autograder/{EDITION_FILE}", date_time=(2020, 1, 1, 0, 0, 0))
+        info.external_attr = (0o644 | stat.S_IFREG) << 16
+        archive.writestr(info, edition + "\n")
     return out
 
 

@@ -9,11 +9,17 @@ to a problem by its file name, ``test_<problem>*.py``; when several problem name
 from __future__ import annotations
 
 import fnmatch
+import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MANIFEST_PATH = Path(__file__).resolve().parent / "manifest.toml"
+EDITION_FILE = "edition"
+"""Next to the manifest: the edition a bundle was built for (one line, "2025" or "2026")."""
+EDITION_MARK = re.compile(r"^\s*(?:<!--|#) edition (\d{4})\b")
+EDITION_END = re.compile(r"^\s*(?:<!--|#) end edition\b")
 
 
 class ManifestError(ValueError):
@@ -70,6 +76,9 @@ class Manifest:
     problems: tuple[Problem, ...]
     settings: GradingSettings = field(default_factory=GradingSettings)
     writeup: tuple[WrittenProblem, ...] = ()  # staff-graded, apart from total_points
+    edition: str = ""                 # the edition these problems are ("" for a manifest without editions)
+    stated_total: float | None = None  # the edition's total (autograded + writeup) as the manifest states it
+    other_editions: tuple[str, ...] = ()  # names of problems of other editions: their test files are skipped
 
     @property
     def writeup_points(self) -> float:
@@ -96,29 +105,91 @@ class Manifest:
             return total
         return min(total, sum(problem.gpu_time_s for problem in chosen))
 
-    def problem_of_file(self, file_name: str) -> Problem | None:
-        """The problem graded by the test file ``file_name`` (a base name), or None."""
+    def _owner(self, file_name: str) -> str | None:
+        """The longest problem name, of any edition, that the test file ``file_name`` is named after."""
         stem = Path(file_name).name
         if not (stem.startswith("test_") and stem.endswith(".py")):
             return None
         rest = stem[len("test_") : -len(".py")]
-        best = None
-        for problem in self.problems:
-            if rest == problem.name or rest.startswith(problem.name + "_"):
-                if best is None or len(problem.name) > len(best.name):
-                    best = problem
-        return best
+        names = [p.name for p in self.problems] + list(self.other_editions)
+        matching = [name for name in names if rest == name or rest.startswith(name + "_")]
+        return max(matching, key=len) if matching else None
+
+    def problem_of_file(self, file_name: str) -> Problem | None:
+        """The problem graded by the test file ``file_name`` (a base name), or None (also for another edition's)."""
+        return self.by_name.get(self._owner(file_name) or "")
+
+    def in_other_edition(self, file_name: str) -> bool:
+        """Whether the test file ``file_name`` belongs to a problem of another edition (never graded in this one)."""
+        return self._owner(file_name) in self.other_editions
 
 
 _VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
 
 
-def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
-    """Parse ``path``; raise ManifestError naming the key when something is missing or wrong."""
+def editions(path: Path = MANIFEST_PATH) -> dict:
+    """``{"default": name, "names": [...]}`` of the manifest at ``path`` (no [editions] table: no names)."""
+    table = tomllib.loads(Path(path).read_text()).get("editions", {})
+    return {"default": table.get("default", ""), "names": sorted(k for k, v in table.items() if isinstance(v, dict))}
+
+
+def chosen_edition(path: Path = MANIFEST_PATH) -> str:
+    """The edition to use when none is asked for: $CS336_EDITION, else the edition file next to the manifest, else
+    the manifest's default."""
+    if os.environ.get("CS336_EDITION"):
+        return os.environ["CS336_EDITION"].strip()
+    written = Path(path).with_name(EDITION_FILE)
+    if written.is_file():
+        return written.read_text().strip()
+    return editions(path)["default"]
+
+
+def render_edition(text: str, edition: str) -> str:
+    """``text`` (Markdown or Python) for ``edition``: the blocks between ``<!-- edition YYYY -->`` (or
+    ``# edition YYYY``) and ``<!-- end edition -->`` (``# end edition``) lines are kept for that edition
+    and dropped for others; the marker lines go."""
+    kept, block = [], None
+    for line in text.splitlines(keepends=True):
+        start, end = EDITION_MARK.match(line), EDITION_END.match(line)
+        if start:
+            if block is not None:
+                raise ManifestError(f"an edition block opens inside another: {line.strip()}")
+            block = start.group(1)
+        elif end:
+            if block is None:
+                raise ManifestError(f"an edition block ends that never opened: {line.strip()}")
+            block = None
+        elif block is None or block == edition:
+            kept.append(line)
+    if block is not None:
+        raise ManifestError(f"the edition {block} block never ends (add a line '<!-- end edition -->' or '# end edition')")
+    return "".join(kept)
+
+
+def _in_edition(entry: dict, edition: str, where: str, names: list[str]) -> bool:
+    listed = entry.get("editions")
+    if listed is None:
+        return True
+    unknown = sorted(set(listed) - set(names))
+    if unknown:
+        raise ManifestError(f"{where}: editions {unknown} are not in [editions] ({names})")
+    return edition in listed
+
+
+def load_manifest(path: Path = MANIFEST_PATH, edition: str | None = None) -> Manifest:
+    """Parse ``path`` for ``edition`` (default: :func:`chosen_edition`); raise ManifestError naming the key when
+    something is missing or wrong, or when the edition is not one of the manifest's."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ManifestError(f"cannot read the points manifest {path}: {error}") from error
+    names = sorted(k for k, v in data.get("editions", {}).items() if isinstance(v, dict))
+    if names:
+        edition = edition or chosen_edition(path)
+        if edition not in names:
+            raise ManifestError(f"{path}: no edition {edition!r}; the editions are {names} (--edition or $CS336_EDITION)")
+    else:
+        edition = ""
     grading = data.get("grading", {})
     known = GradingSettings.__dataclass_fields__
     unknown = sorted(set(grading) - set(known))
@@ -130,8 +201,11 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
             f"{path}: [grading] hidden_visibility must be one of {sorted(_VISIBILITIES)}; "
             f"got {settings.hidden_visibility!r}"
         )
-    problems = []
+    problems, other = [], []
     for name, entry in data.get("problems", {}).items():
+        if names and not _in_edition(entry, edition, f"[problems.{name}]", names):
+            other.append(name)
+            continue
         for key in ("section", "points"):
             if key not in entry:
                 raise ManifestError(f"{path}: [problems.{name}] has no {key!r}")
@@ -150,8 +224,12 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:
         raise ManifestError(f"{path}: no [problems.*] tables")
     writeup = []
     for name, entry in data.get("writeup", {}).items():
+        if names and not _in_edition(entry, edition, f"[writeup.{name}]", names):
+            continue
         for key in ("section", "points"):
             if key not in entry:
                 raise ManifestError(f"{path}: [writeup.{name}] has no {key!r}")
         writeup.append(WrittenProblem(name=name, section=str(entry["section"]), points=float(entry["points"])))
-    return Manifest(problems=tuple(problems), settings=settings, writeup=tuple(writeup))
+    stated = data["editions"][edition].get("total") if names else None
+    return Manifest(problems=tuple(problems), settings=settings, writeup=tuple(writeup), edition=edition,
+                    stated_total=float(stated) if stated is not None else None, other_editions=tuple(other))

@@ -98,8 +98,32 @@ def _copy_tree(source: Path, dest: Path) -> None:
         shutil.copy2(source, dest, follow_symlinks=True)
 
 
-def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
-    """Write the student tree to ``out`` (which must not exist unless ``force``); return ``out``."""
+def edition_files(kit: Path, edition: str) -> tuple[list[str], list[str]]:
+    """(files of the kit that other editions' problems own: their stubs and visible tests; the rendered files).
+
+    A file is another edition's when a problem of no edition but another names it in ``files``,
+    or it is ``tests/test_<that problem>*.py``. The rendered files have edition blocks
+    (``manifest.render_edition``): the handout and the adapters."""
+    from autograder.manifest import editions, load_manifest
+
+    path = kit / "autograder" / "manifest.toml"
+    manifest = load_manifest(path, edition)
+    mine = {file for problem in manifest.problems for file in problem.files}
+    theirs: set[str] = set()
+    for other in editions(path)["names"]:
+        if other != edition:
+            theirs |= {file for problem in load_manifest(path, other).problems for file in problem.files}
+    owned = sorted(theirs - mine)
+    owned += sorted(f"tests/{p.name}" for p in (kit / "tests").glob("test_*.py") if manifest.in_other_edition(p.name))
+    return owned, ["handout/README.md", "adapters.py"]
+
+
+def build_release(out: Path, *, kit: Path = KIT, force: bool = False, edition: str | None = None) -> Path:
+    """Write the student tree of ``edition`` (default: the manifest's chosen one) to ``out`` (which must not
+    exist unless ``force``); return ``out``."""
+    from autograder.manifest import chosen_edition, render_edition
+
+    edition = edition or chosen_edition(kit / "autograder" / "manifest.toml")
     out = Path(out)
     if out.exists():
         if not force:
@@ -117,9 +141,14 @@ def build_release(out: Path, *, kit: Path = KIT, force: bool = False) -> Path:
             if not (kit / folder / name).is_file():
                 raise ReleaseError(f"the kit has no {folder}/{name}; the release needs it")
             shutil.copy2(kit / folder / name, out / folder / name)
+    owned, rendered = edition_files(kit, edition)
+    for name in owned:
+        (out / name).unlink(missing_ok=True)
+    for name in rendered:
+        (out / name).write_text(render_edition((kit / name).read_text(), edition))
     (out / "README.md").write_text(STUDENT_README.read_text())
     (out / "pyproject.toml").write_text(student_pyproject((kit / "pyproject.toml").read_text()))
-    (out / POINTS_FILE).write_text(points_toml(visible_points(kit)))  # for `python -m tests.score`
+    (out / POINTS_FILE).write_text(points_toml(visible_points(kit, edition)))  # for `python -m tests.score`
     (out / "setup.sh").write_text(student_setup((kit / "setup.sh").read_text()))
     (out / ".gitignore").write_text(_GITIGNORE)
     for script in ("setup.sh", "make_submission.sh"):

@@ -43,14 +43,14 @@ def _collected(kit: Path, files: list[Path]) -> dict[str, bool]:
         return json.loads(out.read_text())
 
 
-def _priced(kit: Path):
+def _priced(kit: Path, edition: str | None = None):
     """(every test, visible and hidden, with its max_score; {node id: needs a GPU}; the problems)."""
     from autograder.grade import SUITE_DIRS, _test_files
     from autograder.manifest import load_manifest
     from autograder.scoring import collect_tests
     from autograder.runner import SuiteRun, Verdict
 
-    manifest = load_manifest(kit / "autograder" / "manifest.toml")
+    manifest = load_manifest(kit / "autograder" / "manifest.toml", edition)
     problems = list(manifest.problems)
     files, _ = _test_files(kit, manifest, tuple(SUITE_DIRS), problems)
     collected = _collected(kit, [path.relative_to(kit) for suite in SUITE_DIRS for path in files[suite]])
@@ -62,10 +62,10 @@ def _priced(kit: Path):
     return collect_tests(manifest, runs, problems, complete=True), collected, problems
 
 
-def gpu_only_points(kit: Path = KIT) -> dict[str, float]:
+def gpu_only_points(kit: Path = KIT, edition: str | None = None) -> dict[str, float]:
     """Each problem's points held by tests marked ``gpu`` (visible and hidden): what a runner
     without a GPU cannot grade. The handout's points table states them (checked by a selftest)."""
-    tests, collected, problems = _priced(kit)
+    tests, collected, problems = _priced(kit, edition)
     points = {problem.name: 0.0 for problem in problems}
     for test in tests:
         if collected.get(test.nodeid):
@@ -73,13 +73,13 @@ def gpu_only_points(kit: Path = KIT) -> dict[str, float]:
     return {name: round(value, 4) for name, value in points.items()}
 
 
-def visible_points(kit: Path = KIT) -> dict:
+def visible_points(kit: Path = KIT, edition: str | None = None) -> dict:
     """``{"problems": {name: {section, points, visible_points}}, "tests": {key: {problem, points, gpu}}}``.
 
     A test's key is ``"<file name>::<test name>"``, as in the grader's table; ``points`` is its
     ``max_score`` in results.json; ``gpu`` whether it is marked ``gpu`` (not graded on a CPU runner).
     """
-    tests, collected, problems = _priced(kit)
+    tests, collected, problems = _priced(kit, edition)
     visible = [test for test in tests if test.suite == "visible" and "<" not in test.nodeid]
     table = {"problems": {}, "tests": {}}
     for problem in problems:

@@ -7,25 +7,33 @@ from pathlib import Path
 
 import pytest
 
-from autograder.manifest import ManifestError, load_manifest
+from autograder.manifest import ManifestError, editions, load_manifest, render_edition
 
 KIT = Path(__file__).resolve().parents[2]
-MANIFEST = load_manifest()
+MANIFEST = load_manifest(edition=editions()["default"])
+EDITIONS = editions()["names"]
+TOTALS = {"2025": (77, 30), "2026": (93, 44)}  # (autograded, staff-graded): 107 and 137 in all
 
 
-def handout_points_table() -> list[tuple[str, str, float]]:
-    """(section, problem, points) rows of handout/README.md's points table."""
+def handout_text(edition: str) -> str:
+    """handout/README.md as the students of ``edition`` get it."""
+    return render_edition((KIT / "handout" / "README.md").read_text(), edition)
+
+
+def handout_points_table(edition: str) -> list[tuple[str, str, float]]:
+    """(section, problem, points) rows of ``edition``'s handout's points table."""
     rows = []
-    for line in (KIT / "handout" / "README.md").read_text().splitlines():
+    for line in handout_text(edition).splitlines():
         match = re.match(r"^\|\s*(§[\d.]+)\s*\|\s*([a-z_0-9]+)\s*\|\s*([\d.]+)\s*\|", line)
         if match:
             rows.append((match.group(1), match.group(2), float(match.group(3))))
     return rows
 
 
-def test_handout_points_table_matches_the_manifest():
-    table = handout_points_table()
-    manifest = [(problem.section, problem.name, problem.points) for problem in MANIFEST.problems]
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_handout_points_table_matches_the_manifest(edition):
+    table = handout_points_table(edition)
+    manifest = [(problem.section, problem.name, problem.points) for problem in load_manifest(edition=edition).problems]
     assert table, "handout/README.md has no points table rows like '| §1.1 | name | 4 | ... |'"
     assert table == manifest, (
         "handout/README.md's points table and autograder/manifest.toml disagree (section, problem, points):\n"
@@ -33,10 +41,10 @@ def test_handout_points_table_matches_the_manifest():
     )
 
 
-def handout_gpu_column() -> tuple[dict[str, float], tuple[float, float] | None]:
+def handout_gpu_column(edition: str) -> tuple[dict[str, float], tuple[float, float] | None]:
     """({problem: its "GPU only" points}, (total points, total GPU-only points) of the total row)."""
     column, total = {}, None
-    for line in (KIT / "handout" / "README.md").read_text().splitlines():
+    for line in handout_text(edition).splitlines():
         match = re.match(r"^\|\s*(§[\d.]+)\s*\|\s*([a-z_0-9]+)\s*\|\s*[\d.]+\s*\|\s*([\d.]+)\s*\|", line)
         if match:
             column[match.group(2)] = float(match.group(3))
@@ -46,13 +54,15 @@ def handout_gpu_column() -> tuple[dict[str, float], tuple[float, float] | None]:
     return column, total
 
 
-def test_handout_states_the_total_and_each_problems_gpu_only_points():
-    """The total row says 77 (the manifest's sum), and each problem's "GPU only" points are what the
-    grader's own arithmetic gives the tests marked gpu, visible and hidden (to 2 decimals)."""
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_handout_states_the_total_and_each_problems_gpu_only_points(edition):
+    """The total row says the manifest's sum (77 in 2025, 93 in 2026), and each problem's "GPU only" points
+    are what the grader's own arithmetic gives the tests marked gpu, visible and hidden (to 2 decimals)."""
     from autograder.student_points import gpu_only_points
 
-    column, total = handout_gpu_column()
-    expected = gpu_only_points()
+    MANIFEST = load_manifest(edition=edition)
+    column, total = handout_gpu_column(edition)
+    expected = gpu_only_points(edition=edition)
     assert set(column) == {problem.name for problem in MANIFEST.problems}, (
         "handout/README.md's points table needs a GPU-only column for every problem: | §1.1 | name | 4 | 0.22 | ... |")
     wrong = {name: (column[name], round(expected[name], 2)) for name in column
@@ -62,9 +72,10 @@ def test_handout_states_the_total_and_each_problems_gpu_only_points():
     assert total == (MANIFEST.total_points, round(sum(expected.values()), 2)), (total, MANIFEST.total_points)
 
 
-def test_handout_section_headings_match_the_manifest():
-    text = (KIT / "handout" / "README.md").read_text()
-    for problem in MANIFEST.problems:
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_handout_section_headings_match_the_manifest(edition):
+    text = handout_text(edition)
+    for problem in load_manifest(edition=edition).problems:
         assert re.search(rf"^#+ {re.escape(problem.section)} {problem.name}\b", text, re.M), (
             f"handout/README.md has no heading '{problem.section} {problem.name}'"
         )
@@ -72,13 +83,20 @@ def test_handout_section_headings_match_the_manifest():
 
 @pytest.mark.parametrize("folder", ["tests", "autograder/hidden_tests"])
 def test_every_test_file_maps_to_a_problem(folder):
+    """Every test file grades a problem of some edition; in each edition, its own or another's."""
     files = sorted((KIT / folder).glob("test_*.py"))
-    unmapped = [path.name for path in files
-                if MANIFEST.problem_of_file(path.name) is None and path.name not in MANIFEST.settings.ungraded]
+    manifests = [load_manifest(edition=edition) for edition in EDITIONS]
+    unmapped = [path.name for path in files if path.name not in MANIFEST.settings.ungraded
+                and not any(m.problem_of_file(path.name) for m in manifests)]
+    for manifest in manifests:
+        assert all(bool(manifest.problem_of_file(p.name)) != manifest.in_other_edition(p.name) for p in files
+                   if p.name not in manifest.settings.ungraded), f"{manifest.edition}: a file both graded and skipped"
     assert not unmapped, f"{folder}: test files named after no problem of the manifest: {unmapped}"
 
 
-def test_every_graded_problem_has_visible_and_hidden_tests():
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_every_graded_problem_has_visible_and_hidden_tests(edition):
+    MANIFEST = load_manifest(edition=edition)
     missing = []
     for problem in MANIFEST.problems:
         if problem.points == 0:
@@ -148,10 +166,10 @@ def test_a_problems_gpu_time_never_raises_the_total_limit(tmp_path):
     assert loaded.time_limit_s(["a", "b"], on_gpu=True) == 100
 
 
-def handout_writeup_table() -> tuple[list[tuple[str, str, float]], float | None]:
-    """([(problem, name, points)] of handout/README.md's writeup table, its "writeup total" points)."""
+def handout_writeup_table(edition: str) -> tuple[list[tuple[str, str, float]], float | None]:
+    """([(problem, name, points)] of the edition's handout's writeup table, its "writeup total" points)."""
     rows, total = [], None
-    for line in (KIT / "handout" / "README.md").read_text().splitlines():
+    for line in handout_text(edition).splitlines():
         match = re.match(r"^\|\s*(W\d+)\s*\|\s*([a-z_0-9]+)\s*\|\s*([\d.]+)\s*\|", line)
         if match:
             rows.append((match.group(1), match.group(2), float(match.group(3))))
@@ -161,23 +179,39 @@ def handout_writeup_table() -> tuple[list[tuple[str, str, float]], float | None]
     return rows, total
 
 
-def test_handout_writeup_points_match_the_manifest_and_stay_apart_from_the_autograded_points():
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_handout_writeup_points_match_the_manifest_and_stay_apart_from_the_autograded_points(edition):
     """The written problems are graded by staff: the handout's writeup table, its total, its sentence
     stating the scheme and each problem's heading agree with the manifest's [writeup] tables, and the
-    autograded total stays what the tests carry."""
-    rows, total = handout_writeup_table()
+    autograded total stays what the tests carry: 77 + 30 = 107 in 2025, 93 + 44 = 137 in 2026, the
+    edition's stated total."""
+    MANIFEST = load_manifest(edition=edition)
+    rows, total = handout_writeup_table(edition)
     manifest = [(problem.section, problem.name, problem.points) for problem in MANIFEST.writeup]
     assert manifest, "autograder/manifest.toml has no [writeup.*] tables"
     assert rows == manifest, f"handout writeup table and manifest disagree:\nhandout:  {rows}\nmanifest: {manifest}"
     assert total == MANIFEST.writeup_points, f"handout's '| | writeup total | N |' row says {total}"
-    text = (KIT / "handout" / "README.md").read_text()
+    text = handout_text(edition)
     scheme = (f"Writeup: {MANIFEST.writeup_points:g} points, graded by staff, separate from the "
               f"{MANIFEST.total_points:g} autograded points")
     assert scheme in text, f"handout/README.md must state the scheme in these words: {scheme!r}"
     for problem in MANIFEST.writeup:
         heading = f"### {problem.section} {problem.name} ({problem.points:g} points, graded by staff)"
         assert heading in text, f"handout/README.md has no heading {heading!r}"
-    assert MANIFEST.total_points == 77, "the written problems must not change the autograded points"
+    assert (MANIFEST.total_points, MANIFEST.writeup_points) == TOTALS[edition], "an edition's points changed"
+    assert MANIFEST.total_points + MANIFEST.writeup_points == MANIFEST.stated_total, (
+        f"[editions.\"{edition}\"] total is {MANIFEST.stated_total}; its problems add up to "
+        f"{MANIFEST.total_points + MANIFEST.writeup_points}")
+    assert f"({MANIFEST.stated_total:g} in all)" in text, f"the {edition} handout must state its total"
+
+
+def test_an_edition_block_must_close_and_an_unknown_edition_is_refused():
+    assert render_edition("a\n<!-- edition 2026 -->\nb\n<!-- end edition -->\nc\n", "2025") == "a\nc\n"
+    assert render_edition("a\n# edition 2026 ---\nb\n# end edition 2026 ---\n", "2026") == "a\nb\n"
+    with pytest.raises(ManifestError, match="never ends"):
+        render_edition("<!-- edition 2026 -->\nb\n", "2025")
+    with pytest.raises(ManifestError, match="no edition '2024'"):
+        load_manifest(edition="2024")
 
 
 def test_handout_model_sizes_are_the_providers():

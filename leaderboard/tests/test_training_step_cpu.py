@@ -19,7 +19,7 @@ from leaderboard.store import read_records
 from leaderboard.training_step.__main__ import main
 from leaderboard.training_step.run import run
 
-ENTRY = Path(__file__).resolve().parents[1] / "training_step" / "reference_entry"
+ENTRY = Path(__file__).resolve().parents[2] / "reference"  # the reference solution, whose §3.8 TrainingStep is the staff entry
 
 
 @pytest.mark.parametrize("fixture", [f.name for f in FIXTURES])

@@ -1,4 +1,4 @@
-"""``python -m leaderboard.training_step run SUBMISSION [--cpu | --small | --trial] [--name N] [--store FILE]``.
+"""``python -m leaderboard.training_step run SUBMISSION [--cpu | --one-gpu | --small | --trial] [--name N] [--store FILE]``.
 
 Judges and times one submission, prints the verdict, and appends the run's record (with the
 stack and the devices) to the store. Exit status: 0 accepted, 1 refused, 2 cannot run here.
@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--cpu", action="store_true", help="CPU: the tiny config with gloo (the pipeline only)")
     mode.add_argument("--dry-run", dest="cpu", action="store_true", help=argparse.SUPPRESS)  # the old spelling
     mode.add_argument("--trial", action="store_true", help="the official config with short timings")
+    mode.add_argument("--one-gpu", dest="one_gpu", action="store_true",
+                      help="1 GPU: the small config on one rank (NCCL): the GPU pipeline, time and peak memory")
     mode.add_argument("--small", action="store_true", help="2 GPUs: the official shape in small, bf16 (a trusted "
                                                            "run that fits one GPU)")
     args = parser.parse_args(argv)
@@ -45,10 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from tests.harness import gpus
 
-        if gpus.count() < 2:
-            print("the official run needs two CUDA GPUs; use --cpu on a CPU", file=sys.stderr)
+        needed = 1 if args.one_gpu else 2
+        if gpus.count() < needed:
+            print(f"this run needs {needed} CUDA GPU(s); use --cpu on a CPU" + ("" if args.one_gpu else
+                  ", or --one-gpu on one GPU"), file=sys.stderr)
             return 2
-        name = "small" if args.small else "trial" if args.trial else "official"
+        name = "one_gpu" if args.one_gpu else "small" if args.small else "trial" if args.trial else "official"
         try:
             outcome = run(args.submission, name, backend="nccl")
         except NotImplementedError as error:
@@ -58,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         record(outcome, args.name or Path(args.submission).resolve().name, args.submission,
                args.store or DEFAULT_STORE)
     if outcome.accepted:
+        peak = f"; peak {outcome.peak_bytes / 2**30:.2f} GiB" if outcome.peak_bytes is not None else ""
         print(f"accepted: {outcome.median_ms:.3f} ms a step (median, slowest rank; {outcome.config}, "
-              f"{outcome.backend}; run took {outcome.seconds:.1f} s)")
+              f"{outcome.backend}; run took {outcome.seconds:.1f} s{peak})")
         return 0
     print("refused:\n  " + "\n  ".join(outcome.reasons))
     return 1

@@ -43,6 +43,7 @@ class Outcome:
     config: str
     backend: str
     seconds: float
+    peak_bytes: int | None = None  # CUDA: the largest peak memory of any rank (the model's weights included)
 
 
 def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: str = "gloo") -> Outcome:
@@ -58,7 +59,7 @@ def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: s
     began = time.monotonic()
     settings = config.as_dict()
     result = launch(lambda: types.SimpleNamespace(__file__=str(adapters_file)),
-                    "leaderboard.training_step.rank.run_rank", config.world_size, {"config": settings},
+                    "training_step.run_rank", config.world_size, {"config": settings},
                     backend=backend, timeout_s=config.time_limit_s)
     seconds = time.monotonic() - began
 
@@ -75,7 +76,9 @@ def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: s
     reasons = judge(result["ranks"], truth, settings)
     times = [r["value"]["times_ms"] for r in result["ranks"]]
     median = max(statistics.median(t) for t in times)
-    return Outcome(not reasons, reasons, None if reasons else median, times, config.name, backend, seconds)
+    peaks = [r["value"].get("peak_bytes") for r in result["ranks"]]
+    peak = max(peaks) if all(p is not None for p in peaks) else None
+    return Outcome(not reasons, reasons, None if reasons else median, times, config.name, backend, seconds, peak)
 
 
 def stack(backend: str) -> dict:
@@ -92,6 +95,7 @@ def record_of(outcome: Outcome, name: str, submission: str | Path) -> dict:
             "mode": outcome.config, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "submission_hash": submission_hash(Path(submission), LINK_ROOTS), "submission": str(submission),
             "time_ms": outcome.median_ms, "times_ms": outcome.times_ms, "run_s": round(outcome.seconds, 1),
+            "peak_bytes": outcome.peak_bytes,
             "stack": stack(outcome.backend)}
 
 

@@ -1,4 +1,4 @@
-"""The staff entry of the training-step board: FSDP, activation checkpointing and a chunked LM head with its loss.
+"""§3.8 training_step (the reference): FSDP, activation checkpointing and a chunked LM head with its loss.
 
 Staff only. Why each part is there, for the official problem (about 8B parameters, 2 ranks,
 one row of 32768 tokens a rank, bf16):
@@ -85,10 +85,10 @@ NAMES = {"head.ln_final.": "ln_final.", "head.lm_head.": "lm_head."}
 """LossModel's parameter names -> the provided model's."""
 
 
-class FastTrainingStep:
+class TrainingStep:
     """One training step of the provided TransformerLM on this rank's rows; see the module docstring."""
 
-    def __init__(self, model: nn.Module, optimizer_settings: dict, compute_dtype: torch.dtype):
+    def __init__(self, model: torch.nn.Module, optimizer_settings: dict, compute_dtype: torch.dtype):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         for layer in model.layers:
