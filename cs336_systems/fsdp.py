@@ -54,7 +54,9 @@ class FSDP(torch.nn.Module):
       travels while earlier layers compute, but not too early: the gather of the k-th sharded
       layer of the forward may start only after the (k-2)-th has finished its forward (at most
       two layers ahead). After a layer's forward, free its full weight; at the end of the
-      forward only the shards remain.
+      forward only the shards remain. Autograd keeps the full weight it saved for the backward:
+      free it by releasing its storage (``untyped_storage().resize_(0)``), not by dropping your
+      reference (the tests count the saved full weights that still hold memory).
     - backward: gather each sharded layer's full weight again for its backward (same window:
       at most two layers ahead in the backward's order), then reduce-scatter the gradient of the
       full weight so that each shard's ``.grad`` (float32, the shard's shape) holds its slice of

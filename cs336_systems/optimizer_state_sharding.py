@@ -43,7 +43,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
       may own nothing when there are fewer parameters than ranks.
     - ``step(closure=None, **kwargs)``: step the local optimizer (only the owned parameters
       change, and only their state exists on this rank), then broadcast every parameter from
-      its owner. Returns what the local step returns.
+      its owner. A ``closure`` (which clears the gradients, runs the forward and the backward,
+      and returns the loss) goes to the local optimizer's step, which calls it once; return
+      what the local step returns (the closure's loss).
     - ``zero_grad(set_to_none=True)``: clears every parameter's gradient (the inherited one does).
 
     The tests pass an ``optimizer_cls`` of their own (a subclass of AdamW or SGD that logs
