@@ -36,6 +36,9 @@ from leaderboard.store import ROOT, append_record
 # Python started with -I (no PYTHON* variables, no user site, no current directory on the path).
 BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from leaderboard.worker import main; sys.exit(main())"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# torch.profiler's trace lines (``USDT:2026-12-04 17:19:17 31881:31881 SyncActivityProfilerHandler.cpp:52]
+# profiler_start``): the worker's own profiling (leaderboard/kernels.py), noise to whoever reads a run
+PROFILER_NOISE = re.compile(r"^USDT:\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ \w+\.cpp:\d+\] ")
 # Where a submission's symbolic links may point besides into itself: the kit's own student files
 # (the reference links to them). The fixtures are run materialized, their links resolved.
 LINK_ROOTS = tuple(kit_link_roots(ROOT))
@@ -60,9 +63,12 @@ def _display_path(directory: Path) -> str:
 
 
 def _relay(stream, out) -> None:
-    """Copy the worker's output to ``out`` line by line, without control characters."""
+    """Copy the worker's output to ``out`` line by line, without control characters or the
+    profiler's trace lines (PROFILER_NOISE)."""
     for raw in iter(stream.readline, b""):
         line = CONTROL.sub("", raw.decode("utf-8", "replace").rstrip("\r\n"))[:2000]
+        if PROFILER_NOISE.match(line):
+            continue
         out.write(f"  | {line}\n")
         out.flush()
 

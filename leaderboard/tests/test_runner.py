@@ -170,3 +170,20 @@ def test_the_batch_code_version_covers_every_module_the_worker_runs(tmp_path):
         after = version_hash(tmp_path, CODE_FILES)
         assert after != before, f"changing {relative} left the code version at {before}"
         before = after
+
+
+def test_the_profilers_trace_lines_stay_out_of_a_runs_output():
+    """torch.profiler prints ``USDT:... profiler_start`` lines (the worker profiles one call): noise."""
+    import io
+    import subprocess
+    import sys
+
+    from leaderboard.runner import _relay
+
+    code = ("import sys, torch\nfrom torch.profiler import profile, ProfilerActivity\n"
+            "with profile(activities=[ProfilerActivity.CPU]):\n    torch.ones(3) + 1\n"
+            "print('the worker says this', file=sys.stderr)\n")
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300).stderr
+    out = io.StringIO()
+    _relay(io.BytesIO(printed), out)
+    assert "the worker says this" in out.getvalue() and "USDT:" not in out.getvalue(), out.getvalue()
