@@ -34,10 +34,12 @@ _FRAME_WAIT_S = 10.0  # a record frame that has started arriving must finish wit
 # CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile;
 # CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/harness_pytest.py).
 # CS336_RANK_EXIT_LOG: where the part-2 checks log the ranks' exit codes (a staff count; tests/checks/parallel_checks.py).
+# CS336_REPLAY_LOG: where each replay check logs its phases' seconds (a staff diagnostic; tests/executor/replay.py).
 _PASSED_THROUGH = (
     "CUDA_", "NVIDIA_", "TRITON_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "CS336_HIDDEN_SEED", "HYPOTHESIS_PROFILE", "CS336_HARNESS_MEMORY_BYTES", "CS336_AUTOTUNE", "CS336_RANK_EXIT_LOG",
+    "CS336_REPLAY_LOG",
 )
 
 

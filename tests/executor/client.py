@@ -228,6 +228,7 @@ class Executor(ExecutorProcess):
             message["timing"] = True
         self._released_handles.clear()
         self._released_graphs.clear()
+        sent = time.monotonic()
         try:
             self._sent_max = max(self._sent_max, send_frame(self._to, message))
             limit = max(reply_limit(self._sent_max), reply_bytes)
@@ -250,6 +251,7 @@ class Executor(ExecutorProcess):
         except ProtocolError as error:
             raise self._fail(f"the process running the submission sent a malformed reply ({error})") from None
         began = time.monotonic()
+        self._noted = {"request": round(began - sent, 3)}
         launches = reply.get("launches") or []
         if not (isinstance(launches, list) and all(isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x)
                                                    for x in launches)):
@@ -264,7 +266,9 @@ class Executor(ExecutorProcess):
         self._last_graph = None
         try:
             value = self.codec.decode(reply.get("ok"))
+            decoding = time.monotonic()
             record = self.codec.decode(reply["replay"]) if message.get("watch") and "replay" in reply else None
+            self._noted["decode_record"] = round(time.monotonic() - decoding, 3)
             self._last_record = record
         except ProtocolError as error:
             raise self._fail(f"the process running the submission sent a malformed value ({error})") from None
@@ -351,7 +355,7 @@ class Executor(ExecutorProcess):
             if record is None:
                 raise replays.NoCredit(f"the Triton Function's {call.what} sent no record of its launches to replay")
             try:
-                self.replays().check(record, call)
+                self.replays().check(record, call, self._noted)
             except ProtocolError as error:
                 raise replays.NoCredit(f"the Triton Function's {call.what} sent a launch record the grader "
                                        f"cannot replay ({error})") from None
@@ -364,6 +368,7 @@ class Executor(ExecutorProcess):
                 self.deadline = self.budget.wall_deadline()
 
     _tag: str | None = None
+    _noted: dict | None = None  # the last request's phase times, for the replay's staff log
     _last_record: Any = None  # the launch record of the last watched request
     _causal: bool = False
 
@@ -440,13 +445,15 @@ class Executor(ExecutorProcess):
         message = {"op": "backward", "graph": link.graph_id, "grad": self.codec.encode(grad)}
         if saved is not None:
             message["watch"] = True
-        began = time.monotonic()
         grads = self.request(message)
         if not isinstance(grads, list) or len(grads) != link.n_inputs or not all(
                 g is None or isinstance(g, torch.Tensor) for g in grads):
             raise ExecutorFailure(f"the backward sent {type(grads).__name__} instead of {link.n_inputs} gradients")
-        if saved is not None:
-            self._check_replay(self._last_record, self._backward_call(saved, grad, grads), began)
+        if saved is not None:  # the grader's time from here on: the truth it needs (L, D) and the replay
+            began = time.monotonic()
+            call = self._backward_call(saved, grad, grads)
+            self._noted["truth"] = round(time.monotonic() - began, 3)
+            self._check_replay(self._last_record, call, began)
         return grads
 
 

@@ -28,7 +28,9 @@ where no code of the submission but its kernels runs.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -210,15 +212,37 @@ class Replays:
 
     # -- one call ----------------------------------------------------------------------
 
-    def check(self, record: Any, call: Call) -> None:
-        """Raise NoCredit unless the replay of ``record`` on the harness's values reproduces ``call.outputs``."""
+    def check(self, record: Any, call: Call, noted: dict | None = None) -> None:
+        """Raise NoCredit unless the replay of ``record`` on the harness's values reproduces ``call.outputs``.
+        ``noted``: more of this call's phases, for the staff log."""
+        self.phases = {"what": call.what, "launches": len(record.get("launches", [])) if isinstance(record, dict) else 0,
+                       **(noted or {})}
+        began = time.monotonic()
+        try:
+            self._check(record, call)
+        finally:
+            self.phases["total"] = round(time.monotonic() - began, 3)
+            log = os.environ.get("CS336_REPLAY_LOG")
+            if log:  # a staff diagnostic: where a replay's time goes
+                with open(log, "a") as handle:
+                    handle.write(json.dumps(self.phases) + "\n")
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - since, 3)
+        return now
+
+    def _check(self, record: Any, call: Call) -> None:
+        began = time.monotonic()
         _check_record(record)
         launches = record["launches"]
         if not launches:
             raise NoCredit(f"the Triton Function's {call.what} launched none of your @triton.jit kernels: the "
                            "attention must be computed by your own kernels (handout §2.4, §2.5)")
         configured = [self._configured(launch, call) for launch in launches]
+        began = self._phase("validate", began)
         storages, unknown = self._initial_storages(record, call)
+        began = self._phase("match_inputs", began)
         if configured != launches:
             # Config n of an autotuner, taken from the source: every tensor that holds an output when
             # the launches replay as reported must still hold it with config n (a wrong config
@@ -233,8 +257,10 @@ class Replays:
                         f"of this {call.what} no longer computes {name} where config {call.config} was asked for "
                         f"(the launches as your process ran them do): config {call.config} is wrong, or your "
                         "process did not run it (handout §2.4: every config must be right)")
+            began = self._phase("every_config", began)
         launches = configured
         reply = self._run({"op": "replay", "launches": launches, "storages": storages})
+        began = self._phase("replay", began)
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             raise NoCredit(f"the grader replays your kernels' launches on its own inputs, in a process that runs "
@@ -246,7 +272,9 @@ class Replays:
             raise NoCredit("the replay of your kernels returned nothing the grader can read")
         views = self._views(launches, finals)
         for name, output in call.outputs.items():
-            if not self._found(output, views, call, name):
+            found = self._found(output, views, call, name)
+            began = self._phase("find_outputs", began)
+            if not found:
                 hint = f" Values computed outside your kernels started as NaN in the replay: {'; '.join(unknown)}." \
                     if unknown else ""
                 raise NoCredit(
