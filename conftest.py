@@ -62,6 +62,8 @@ def pytest_addoption(parser):
     group.addoption("--executor-gid", type=int, default=None, help="group id the executor runs as (needs root)")
     group.addoption("--replay-uid", type=int, default=None,
                     help="user id the replay of Triton kernels runs as (needs root; default: the executor's)")
+    group.addoption("--replay-cache", type=Path, default=None,
+                    help="a Triton cache folder the replays share, owned by --replay-uid (default: one per replay)")
     group.addoption("--executor-limits", default="{}", help="JSON resource limits for the executor")
     group.addoption("--executor-timeout", type=float, default=None, help="seconds one test may wait on the executor")
 
@@ -97,7 +99,7 @@ def pytest_configure(config):
         config.executor = Executor(ExecutorSettings(
             submission=config.submission_dir, workdir=Path(workdir), uid=config.getoption("--executor-uid"),
             gid=config.getoption("--executor-gid"), limits=json.loads(config.getoption("--executor-limits")),
-            replay_uid=config.getoption("--replay-uid"),
+            replay_uid=config.getoption("--replay-uid"), replay_cache=config.getoption("--replay-cache"),
             test_timeout_s=config.getoption("--executor-timeout"),
         ))
         if not config.option.collectonly:

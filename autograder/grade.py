@@ -157,6 +157,7 @@ def grade(options: GradeOptions) -> GradeReport:
 
     private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
     shared = Path(tempfile.mkdtemp(prefix="cs336-grade-shared-"))
+    replay_lease = None
     try:
         shared.chmod(0o711)  # traversable by the executors, listable and readable by no one else
         submission_dir = shared / "submission"
@@ -197,6 +198,9 @@ def grade(options: GradeOptions) -> GradeReport:
         for sub in ("", "home", "tmp", "cache"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
             (workdir / sub).chmod(0o711 if sub == "" else 0o700)
+        # One replay user and one Triton cache for the grade's replays (tests/executor/replay.py): a
+        # kernel the replays compiled once is not compiled again by another chain's replay.
+        replay_lease = uid_pool.lease(start=os.getpid() + 4096) if isolated else None
         files, unmapped = _test_files(kit, manifest, options.suites, problems)
         if options.tests:
             wanted_files = {nodeid.split("::", 1)[0] for nodeid in options.tests}
@@ -245,6 +249,7 @@ def grade(options: GradeOptions) -> GradeReport:
                 shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None, timeline=options.timeline,
                 pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
                           {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
+                replay_uid=replay_lease.uid if replay_lease else None, replay_cache=workdir / "replay-cache",
             )
             for chain in chains
         ]
@@ -272,6 +277,8 @@ def grade(options: GradeOptions) -> GradeReport:
         printer.flush_all()
         staff_diagnostics(options, [chain_times(chains, specs, runs), file_test_times(runs)], printer)
     finally:
+        if replay_lease is not None:
+            replay_lease.release()  # kills every replay process and removes the user's files
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
 

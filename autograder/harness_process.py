@@ -113,6 +113,8 @@ def pytest_args(spec: SuiteSpec, files: list[Path], executor_dir: Path, uid: int
         args += ["--executor-uid", str(uid), "--executor-gid", str(uid)]
     if replay_uid is not None:  # the replay of Triton kernels runs as a user the executor's cannot reach
         args += ["--replay-uid", str(replay_uid)]
+    if spec.replay_cache is not None:  # one Triton cache for the grade's replays: a kernel compiles once a grade
+        args += ["--replay-cache", str(spec.replay_cache)]
     if spec.keyword:
         args += ["-k", spec.keyword]
     return args + [str(path) for path in files]
@@ -135,13 +137,15 @@ class HarnessProcess:
             run_only_arg = str(path)
         self.log_path = spec.private_dir / f"{spec.name}{spec.shard}-run{index}.log"
         self.lease = uid_pool.lease(start=os.getpid() + index) if spec.executor_uids else None
-        self.replay_lease = uid_pool.lease(start=os.getpid() + index + 1) if spec.executor_uids else None
+        self.replay_lease = uid_pool.lease(start=os.getpid() + index + 1) \
+            if spec.executor_uids and spec.replay_uid is None else None
         uid = self.lease.uid if self.lease else None
         executor_dir = spec.workdir / f"executor-{spec.name}{spec.shard}-{index}"
         log = open(self.log_path, "wb")
         script = str(Path(__file__).resolve().parent / "harness_pytest.py")
         env = child_env(spec, self.run_id)
-        arguments = pytest_args(spec, files, executor_dir, uid, self.replay_lease.uid if self.replay_lease else None)
+        arguments = pytest_args(spec, files, executor_dir, uid,
+                                self.replay_lease.uid if self.replay_lease else spec.replay_uid)
         zygote = spec.zygote if spec.zygote is not None and spec.zygote.alive else None
         self.process = None
         if zygote is not None:

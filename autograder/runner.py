@@ -82,6 +82,8 @@ class SuiteSpec:
     zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
     gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
     timeline: Path | None = None  # a file for each test's times (``timeline_line``), or None
+    replay_uid: int | None = None  # the grade's one replay user (None: each test process leases its own)
+    replay_cache: Path | None = None  # the Triton cache the grade's replays share (owned by ``replay_uid``)
 
 
 TIME_LIMIT_RAN_OUT = "the grading time limit ran out"  # in the message of every test the grade's limit cut off

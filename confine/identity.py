@@ -102,6 +102,9 @@ def _make_path(path: str, top: str) -> None:
             os.chmod(current, 0o755)
 
 
+KEPT_ENV_DIRS = ("TRITON_CACHE_DIR",)  # a folder the process's environment names, kept (a grade's shared replay cache)
+
+
 def own_files(keep: list[str]) -> bool:
     """Step 2 of the module docstring; False where the kernel refuses a mount namespace. ``keep``:
     paths this process needs that may lie under one of ``PRIVATE_DIRS``."""
@@ -170,7 +173,8 @@ def enter(uid: int | None, gid: int | None = None, prepare: Callable[[int, int],
         raise ConfinementError(f"the process must start as root to drop to uid {uid}; it runs as uid {os.geteuid()}")
     own_network()
     own_files([os.getcwd(), os.path.dirname(os.getcwd()), sys.prefix, sys.base_prefix, sys.exec_prefix,
-               os.path.dirname(sys.executable), *sys.path, *(arg for arg in sys.argv if arg.startswith("/"))])
+               os.path.dirname(sys.executable), *sys.path, *(arg for arg in sys.argv if arg.startswith("/")),
+               *(os.environ.get(name, "") for name in KEPT_ENV_DIRS)])
     if prepare is not None:
         prepare(uid, gid)
     drop_privileges(uid, gid)

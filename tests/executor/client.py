@@ -285,7 +285,8 @@ class Executor(ExecutorProcess):
             work = self.settings.workdir
             uid = self.settings.replay_uid if self.settings.replay_uid is not None else self.settings.uid
             self._replays = replays.Replays(self.settings.submission, dataclasses.replace(
-                self.settings, workdir=work.with_name(work.name + "-replay"), uid=uid, gid=uid))
+                self.settings, workdir=work.with_name(work.name + "-replay"), uid=uid, gid=uid,
+                compile_cache=self.settings.replay_cache))
         return self._replays
 
     def _count_configs(self, launched: set[tuple[str, str]], reported) -> None:

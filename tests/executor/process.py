@@ -74,6 +74,8 @@ class ExecutorSettings:
     wall_timeout_s: float | None = None
     entry: str = "server"  # the module of this package the process runs (ENTRIES)
     replay_uid: int | None = None  # the user the replay process runs as (replay.py; None: ``uid``)
+    replay_cache: Path | None = None  # the replays' shared Triton cache (None: one in each replay's workdir)
+    compile_cache: Path | None = None  # this process's Triton cache, if not its workdir's (a replay's: ``replay_cache``)
 
 
 def describe_limit(name: str, value: int | None) -> str:
@@ -140,6 +142,11 @@ class ExecutorProcess:
                 path.chmod(0o700 if path.is_dir() else 0o600)
                 if self.settings.uid is not None:
                     os.chown(path, self.settings.uid, self.settings.gid)
+        cache = self.settings.compile_cache
+        if cache is not None:  # shared by the grade's replays, all of one user: made once, kept
+            cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.settings.uid is not None and cache.stat().st_uid != self.settings.uid:
+                os.chown(cache, self.settings.uid, self.settings.gid)
         self._prepared = True
 
     def _env(self) -> dict[str, str]:
@@ -149,7 +156,7 @@ class ExecutorProcess:
         env.update({
             "HOME": str(work / "home"), "TMPDIR": str(work / "tmp"), "USER": "executor", "LOGNAME": "executor",
             "XDG_CACHE_HOME": str(work / "cache"), "TRITON_HOME": str(work / "home"),
-            "TRITON_CACHE_DIR": str(work / "cache" / "triton"),
+            "TRITON_CACHE_DIR": str(self.settings.compile_cache or work / "cache" / "triton"),
             "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
             "MPLCONFIGDIR": str(work / "cache" / "matplotlib"), "PYTHONDONTWRITEBYTECODE": "1",
         })
