@@ -52,6 +52,7 @@ _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
                  torch.bool: "i1"}
 
 
+COMPILE_THREADS = 4  # a replay's kernels compile this many at a time (_compile_ahead)
 _TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.Assign, ast.FunctionDef, ast.Expr)
 
 
@@ -140,13 +141,10 @@ class Replayer:
 
     def run(self, request: dict) -> dict:
         storages = [self._storage(s) for s in request["storages"]]
+        if not self.interpreting:
+            self._compile_ahead(request["launches"], storages)
         for index, launch in enumerate(request["launches"]):
-            kernel = self.kernel(launch["file"], launch["name"], self.interpreting)
-            args = [self._arg(launch["args"].get(name), storages) for name in kernel.arg_names]
-            options = {k: v for k, v in launch.get("options", {}).items() if k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
-            if self.interpreting:
-                options = {}
-            grid = tuple(int(g) for g in launch["grid"])
+            kernel, args, options, grid = self._launch(launch, storages)
             try:
                 kernel[grid](*args, **options)
             except Refused:
@@ -157,6 +155,34 @@ class Replayer:
         if self.device == "cuda":
             torch.cuda.synchronize()
         return {"storages": [flat.cpu() for _, flat in storages]}
+
+    def _launch(self, launch: dict, storages: list) -> tuple:
+        """(kernel, arguments, options, grid) of one recorded launch."""
+        kernel = self.kernel(launch["file"], launch["name"], self.interpreting)
+        args = [self._arg(launch["args"].get(name), storages) for name in kernel.arg_names]
+        options = {k: v for k, v in launch.get("options", {}).items() if k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
+        if self.interpreting:
+            options = {}
+        return kernel, args, options, tuple(int(g) for g in launch["grid"])
+
+    def _compile_ahead(self, launches: list[dict], storages: list) -> None:
+        """Compile the kernels of every launch at once, in threads (Triton's ``AsyncCompileMode``;
+        its compiles run ptxas and much of LLVM outside the GIL), before any runs: a call's first
+        replay waited for each of its kernels' compiles in turn. A compile that fails here is left
+        to its launch, which compiles again and names the error."""
+        try:
+            from triton.runtime._async_compile import AsyncCompileMode
+        except ImportError:  # another Triton: the launches compile one by one
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=COMPILE_THREADS) as pool, AsyncCompileMode(pool, ignore_errors=True):
+            for launch in launches:
+                try:
+                    kernel, args, options, grid = self._launch(launch, storages)
+                    kernel.warmup(*args, grid=grid, **options)
+                except Exception:  # noqa: BLE001  the launch itself reports it
+                    continue
 
     def _storage(self, spec: dict):
         base = torch.empty(int(spec["nbytes"]), dtype=torch.uint8, device=self.device)
