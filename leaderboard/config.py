@@ -120,6 +120,11 @@ class Limits:
     # Library attention: the submission's Triton kernels must take at least this share of the
     # forward's GPU time.
     min_triton_share_forward: float = 0.5
+    # The official time may be at most this much below the time of the submission's own kernels,
+    # replayed back to back by the parent (``replay.py``; the replay leaves out PyTorch's work
+    # between the kernels, so an honest official time is above it), timed over replay_rep_ms.
+    faster_than_kernels: float = 0.05
+    replay_rep_ms: int = 2000
 
 
 LIMITS = Limits()

@@ -30,6 +30,9 @@ REASONS = {
     "below_floor": "faster than the physical floor: the FLOPs at the bf16 matmul rate the parent measured in the same run",
     "forged_timing": "the reported per-call times add up to more than the parent's own clock saw between the timing's start and end",
     "protocol": "the worker's messages to the parent were malformed, out of order or incomplete",
+    "not_replayed": "the forward's O is not the work of the submission's own Triton kernels when the parent replays "
+                    "their recorded launches on its own inputs, in a process that runs nothing else of the submission",
+    "faster_than_kernels": "the official time is below the time the submission's own kernels take, replayed by the parent",
 }
 
 

@@ -180,6 +180,30 @@ def parent_matmul(mode: str):
     return measure
 
 
+def parent_replay(files: dict[str, bytes], run, isolated: bool):
+    """A function judging the worker's launch record (``replay.replay_verdict``) on the parent's
+    own gate inputs and float64 O, from the parent's own copy of the source, as a uid of its own
+    (``isolated``) or as this user."""
+    from contextlib import nullcontext
+
+    from leaderboard.gate import check_inputs
+    from leaderboard.replay import replay_verdict
+    from leaderboard.worker_setup import Identity, lease_uid
+    from tests.checks.flash_reference import attention_float64
+
+    def judge_record(record, forward: int, time_ms: float | None):
+        p = run.problem
+        q, k, v, do = check_inputs(p, run.seed, "gate", 4).unbind(0)
+        reference_O = attention_float64(q, k, v, p.is_causal).O
+        sources = {path: data.decode(errors="replace") for path, data in files.items() if path.endswith(".py")}
+        with lease_uid() if isolated else nullcontext(Identity(None, None)) as identity:
+            return replay_verdict(record, forward, sources, {"Q": q, "K": k, "V": v, "dO": do}, reference_O,
+                                  time_ms=time_ms, uid=identity.uid, allowance=run.limits.faster_than_kernels,
+                                  rep_ms=run.limits.replay_rep_ms, interpret=run.mode == "cpu")
+
+    return judge_record
+
+
 def run_submission(
     directory: Path,
     name: str,
@@ -212,7 +236,7 @@ def run_submission(
         observed = run_worker(files, run, timeout_s or WORKER_TIMEOUT_S[mode], identity)
     if observed.messages and observed.messages[0].type == "isolation_failed":
         raise SandboxUnavailable(f"the worker could not confine itself: {str(observed.messages[0].header.get('message'))[:2000]}")
-    judgement = judge(observed, run, parent_matmul(mode))
+    judgement = judge(observed, run, parent_matmul(mode), parent_replay(files, run, is_root()))
     record = judgement_record(judgement, run)
     record.update(
         name=name,

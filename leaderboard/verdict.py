@@ -39,7 +39,7 @@ from leaderboard import config
 from leaderboard.detectors import REASONS, Refusal, check_fixed_vs_fresh, check_floor, check_ones_vs_random
 from leaderboard.protocol import Message
 
-WORKER_REFUSALS = set(REASONS) - {"protocol", "forged_timing", "timeout"}
+WORKER_REFUSALS = set(REASONS) - {"protocol", "forged_timing", "timeout", "not_replayed", "faster_than_kernels"}
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Violation(Exception):
 
 def expected_script(run: Run) -> list[tuple[str, str | None]]:
     """(type, label) of every message a finished worker sends, in order."""
-    script = [("hello", None), ("gate", None)]
+    script = [("hello", None), ("gate", None), ("launches", None)]
     script += [("fresh", f"fresh_{i + 1}") for i in range(run.limits.fresh_input_repeats)]
     script += [("timing_start", "fresh_inputs"), ("timing_end", "fresh_inputs"), ("profile", None)]
     for label in [f"official_{i + 1}" for i in range(run.repeats)] + ["random_dO"]:
@@ -96,6 +96,8 @@ class Judgement:
     fields: dict = field(default_factory=dict)
     timings: dict[str, list[float]] = field(default_factory=dict)
     finished: bool = False
+    launch_record: dict | None = None  # the worker's record of one forward and backward (replayed by the parent)
+    forward_launches: int = 0  # how many of its launches are the forward's
 
     def refuse(self, refusal: Refusal | None) -> None:
         if refusal is not None:
@@ -266,6 +268,10 @@ def check_message(message: Message, expected: tuple[str, str | None], previous: 
         judgement.fields.setdefault("brackets", {})[label] = {"bracket_ms": bracket_ms, "sum_ms": sum(times), "calls": len(times)}
         judgement.passed("forged_timing", check_timing(label, times, bracket_ms))
         judgement.timings[label] = times
+    elif kind == "launches":
+        record, forward = message.header.get("record"), message.header.get("forward")
+        _require(isinstance(record, dict) and type(forward) is int and forward >= 0, "launches is malformed")
+        judgement.launch_record, judgement.forward_launches = record, forward
     elif kind == "profile":
         check_profile(message, run, judgement)
     elif kind == "done":
@@ -323,9 +329,11 @@ def timing_verdicts(run: Run, judgement: Judgement, matmul) -> None:
     judgement.passed("below_floor", check_floor(time_ms, floor_ms, flops, matmul_tflops, label))
 
 
-def judge(observed: Observed, run: Run, matmul) -> Judgement:
+def judge(observed: Observed, run: Run, matmul, replay=None) -> Judgement:
     """Check every message in order (see the module docstring); ``matmul()`` measures the
-    parent's matmul rate, called only when a worker finished with every timing."""
+    parent's matmul rate, called only when a worker finished with every timing; ``replay(record,
+    forward, time_ms)`` (``replay.replay_verdict``, bound by the runner; None: not replayed, for
+    the leaderboard's in-process tests) judges the launch record then."""
     judgement = Judgement()
     script = expected_script(run)
     position = 0
@@ -355,6 +363,14 @@ def judge(observed: Observed, run: Run, matmul) -> Judgement:
         judgement.refusals.append({"code": "error", "message": f"the worker exited with status {observed.exit_status}"})
     if not judgement.refusals and position == len(script):
         timing_verdicts(run, judgement, matmul)
+        if replay is not None:
+            result = replay(judgement.launch_record, judgement.forward_launches,
+                            None if run.mode == "cpu" else judgement.fields["time_ms"])
+            judgement.fields.update(kernels_ms=result.kernels_ms, kernels_timed=result.timed)
+            judgement.passed("not_replayed", result.refusal if result.refusal and result.refusal.code == "not_replayed" else None)
+            if result.kernels_ms is not None:  # timed (on a GPU)
+                judgement.passed("faster_than_kernels",
+                                 result.refusal if result.refusal and result.refusal.code == "faster_than_kernels" else None)
     elif not judgement.refusals:  # cannot happen: finished means done or refused
         judgement.refusals.append({"code": "protocol", "message": "the worker ended without every step"})
     # The worker's own refusal often repeats the parent's (both judged the same profile): once each.

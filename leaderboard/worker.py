@@ -167,6 +167,7 @@ class Evaluation:
             self.load,
             self.first_call,
             self.correctness_gate,
+            self.launch_record,
             self.side_streams,
             self.fresh_inputs,
             self.fresh_input_timing,
@@ -249,6 +250,53 @@ class Evaluation:
             self.refuse(Refusal("incorrect", "; ".join(problems)))
         self.passed("incorrect")
         self.channel.send("gate", {name: t.detach() for name, t in got.items()})
+
+    def launch_record(self) -> None:
+        """Write down every launch of the submission's kernels in one eager forward and backward on
+        the gate's inputs (``tests/executor/launches.py``), and send it to the parent, which replays
+        the launches on its own inputs in a process that runs only the kernels (its verdict and the
+        kernels' time: ``runner.parent_replay``). The record names storages: the gate's Q, K, V and
+        dO by name, a constant by its value, anything else as unknown (the parent starts it as NaN).
+        No tensor's values travel. On a GPU the launch log then comes off Triton's launch path, so
+        that the timed calls run without it."""
+        from leaderboard.gate import check_inputs
+
+        p = self.problem
+        if LAUNCH_LOG is None or self.submission is None:
+            self.channel.send("launches", record={"launches": [], "storages": []}, forward=0)
+            return
+        log("one eager forward and backward, its launches written down for the parent's replay")
+        # each in a storage of its own, so that the record names each input's storage by the input
+        q, k, v, do = (t.clone().requires_grad_(i < 3) for i, t in enumerate(check_inputs(p, self.seed, "gate", 4).unbind(0)))
+        self.keep += [q, k, v, do]
+        LAUNCH_LOG.take()
+        record = LAUNCH_LOG.recording()
+        try:
+            o = self.Fn.apply(q, k, v, p.is_causal)
+            forward = len(record.launches)
+            o.backward(do)
+            self.clock.synchronize()
+        finally:
+            LAUNCH_LOG.stop_recording()
+            LAUNCH_LOG.take()
+            if self.cuda:
+                LAUNCH_LOG.uninstall()
+        self.keep.append(o)
+        labels = {t.untyped_storage().data_ptr(): name for name, t in (("Q", q), ("K", k), ("V", v), ("dO", do))}
+        root = os.path.join(os.path.realpath(self.submission), "")
+        launches, kept_forward = [], 0
+        for index, launch in enumerate(record.launches):
+            file = launch["file"]
+            if os.path.isabs(file):  # the interpreter's log names files by their real path
+                file = file[len(root):] if file.startswith(root) else None
+            if file is not None:
+                launches.append({**launch, "file": file})
+                kept_forward += index < forward
+        storages = []
+        for spec, pointer in zip(record.storages, record.storage_pointers()):
+            init = ["input", labels[pointer]] if pointer in labels else spec["init"] if spec["init"][0] == "const" else ["unknown"]
+            storages.append({"nbytes": spec["nbytes"], "dtype": spec["dtype"], "init": init})
+        self.channel.send("launches", record={"launches": launches, "storages": storages}, forward=kept_forward)
 
     def fresh_inputs(self) -> None:
         from leaderboard.detectors import Refusal
@@ -416,7 +464,8 @@ class Evaluation:
         self.untampered("after timing")
 
 
-# The @triton.jit functions Triton's interpreter launched (``--cpu`` runs; see main()).
+# The submission's @triton.jit launches (tests/executor/launches.py LaunchLog; see main()): for the
+# launch record on a GPU, and for the launch record and the profile under the interpreter (--cpu).
 LAUNCH_LOG = None
 
 
@@ -486,9 +535,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import torch._inductor  # noqa: F401
 
+        install_launch_log(args.submission.resolve())
+
     names = {name for name in args.triton_names.split(",") if name}
     evaluate(args.submission.resolve(), args.mode, channel, args.repeats, args.seed, triton_names=names)
     return 0
+
+
+def install_launch_log(submission: Path) -> None:
+    """On a GPU: note the launches of the kernels defined in the submission (``LAUNCH_LOG``), for
+    the launch record of ``Evaluation.launch_record``, which takes the log off again."""
+    global LAUNCH_LOG
+    from tests.executor.launches import LaunchLog
+
+    LAUNCH_LOG = LaunchLog(str(submission))
+    LAUNCH_LOG.install()
 
 
 def record_interpreted_launches() -> None:

@@ -25,6 +25,10 @@ from leaderboard.worker_setup import WORKER_MODULES
 from leaderboard.store import ROOT
 
 ATTACKS = [f for f in FIXTURES if f.verdict.attack]
+# Judged only through a real parent as well: the cheats only its replay refuses, and the honest
+# fixture, which the replay must accept.
+REPLAYED = [f for f in FIXTURES if f.verdict.replayed or f.name == "honest_slow"]
+THROUGH_A_PARENT = ATTACKS + REPLAYED
 MARKER = b"planted by attack_kit"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops to a sandbox uid only when the parent is root")
@@ -55,13 +59,15 @@ def kit_copy() -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "results")
     shutil.copytree(ROOT / "leaderboard", kit / "leaderboard", symlinks=True, ignore=ignore)
     shutil.copytree(ROOT / "confine", kit / "confine", symlinks=True, ignore=ignore)
-    for fixture in ATTACKS:  # the submissions, inside the kit as a fixture folder is
+    for fixture in THROUGH_A_PARENT:  # the submissions, inside the kit as a fixture folder is
         materialize(fixture, kit / "submissions" / fixture.name)
     # The worker's modules (leaderboard/ and confine/ whole, for the parent), and the parent's own.
-    for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py",
-                     *[m for m in WORKER_MODULES if m.startswith("tests/")]):
+    for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py", "autograder/executor_user.py",
+                     "autograder/python_mirror.py", *[m for m in WORKER_MODULES if m.startswith("tests/")]):
         (kit / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, kit / relative)
+    # the parent's replay of the launch records (leaderboard/replay.py): the grader's replay process
+    shutil.copytree(ROOT / "tests" / "executor", kit / "tests" / "executor", dirs_exist_ok=True, ignore=ignore)
     return kit
 
 
@@ -89,7 +95,7 @@ def attacked():
     before = snapshot(kit, store)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", DRIVER, *[f.name for f in ATTACKS], "--store", str(store)],
+            [sys.executable, "-c", DRIVER, *[f.name for f in THROUGH_A_PARENT], "--store", str(store)],
             cwd=kit, capture_output=True, text=True, timeout=600,
         )
         assert done.returncode == 0, done.stderr[-4000:]
@@ -100,7 +106,7 @@ def attacked():
 
 def test_each_attack_gets_its_verdict(attacked):
     *_, records, err = attacked
-    for fixture in ATTACKS:
+    for fixture in THROUGH_A_PARENT:
         record = records[fixture.name]
         codes = [r["code"] for r in record["refusals"]]
         assert record["isolation"].startswith("uid "), record["isolation"]
@@ -108,7 +114,7 @@ def test_each_attack_gets_its_verdict(attacked):
             assert set(fixture.verdict.cpu_refusals) <= set(codes), (fixture.name, record["refusals"])
         else:
             assert record["accepted"], (fixture.name, record["refusals"], err[-3000:])
-    assert len({records[f.name]["isolation"] for f in ATTACKS}) == len(ATTACKS)  # one uid per concurrent run
+    assert len({records[f.name]["isolation"] for f in THROUGH_A_PARENT}) == len(THROUGH_A_PARENT)  # one uid per concurrent run
 
 
 def test_a_forged_report_is_refused_and_its_files_are_never_read(attacked):
@@ -127,7 +133,7 @@ def test_the_store_is_found_but_unchanged(attacked):
     lines = store.read_bytes()
     assert lines.startswith(old_store)  # the other entry, byte for byte
     added = [json.loads(line) for line in lines[len(old_store) :].decode().splitlines()]
-    assert sorted(r["name"] for r in added) == sorted(f.name for f in ATTACKS)  # only the parent's own appends
+    assert sorted(r["name"] for r in added) == sorted(f.name for f in THROUGH_A_PARENT)  # only the parent's own appends
 
 
 def test_the_kit_is_found_but_unchanged(attacked):

@@ -41,7 +41,8 @@ def honest(run: Run = RUN, times_ms=(50.0, 52.0, 51.0), bracket_ms=400.0) -> lis
     def timing(label):
         return [at({"type": "timing_start", "label": label}), at({"type": "timing_end", "label": label, "times_ms": list(times_ms)}, after_ms=bracket_ms)]
 
-    messages = [at({"type": "hello"}), at({"type": "gate"}, outputs(run, "gate"))]
+    messages = [at({"type": "hello"}), at({"type": "gate"}, outputs(run, "gate")),
+                at({"type": "launches", "record": {"launches": [], "storages": []}, "forward": 0})]
     for i in range(run.limits.fresh_input_repeats):
         label = f"fresh_{i + 1}"
         b = checked_batch_element(run.problem, run.seed, label)
@@ -80,7 +81,7 @@ def test_times_adding_up_to_more_than_the_parents_bracket_are_forged():
         (lambda m: [m[0], m[-1]], "protocol", "expected gate, got 'done'"),  # done straight after hello
         (lambda m: m[1:], "protocol", "expected hello"),
         (lambda m: m + [m[-1]], "protocol", "after the worker's last message"),
-        (lambda m: m[:5] + m[6:], "protocol", "expected timing_start"),  # a fresh call missing
+        (lambda m: m[:6] + m[7:], "protocol", "expected timing_start"),  # the fresh timing's start missing
         (lambda m: m[:-1], "error", "before its last message"),  # died before done
         (lambda m: m[:2] + [Message({"type": "refused", "refusals": [{"code": "timeout", "message": "x"}]})], "protocol", "malformed reason"),
         (lambda m: m[:2] + [Message({"type": "refused", "refusals": [{"code": "side_stream", "message": "x"}]})], "side_stream", "x"),
@@ -97,7 +98,7 @@ def test_outputs_are_checked_in_the_parent():
     messages[1] = Message({"type": "gate"}, {name: torch.zeros_like(t) for name, t in messages[1].tensors.items()}, messages[1].received)
     assert codes(judge(Observed(messages), RUN, MATMUL)) == ["incorrect"]
     stale = honest()
-    stale[3].tensors.update(stale[2].tensors)  # the first fresh call's outputs again: a cache
+    stale[4].tensors.update(stale[3].tensors)  # the first fresh call's outputs again: a cache
     assert "cached_outputs" in codes(judge(Observed(stale), RUN, MATMUL))
 
 
@@ -118,3 +119,37 @@ def test_only_the_submissions_own_kernels_count_on_a_gpu():
     check_profile(own, run, judgement)
     assert judgement.refusals == [] and judgement.fields["triton_share_forward"] > 0.99
     assert ProfiledEvent("x", True, 1.0).on_gpu
+
+
+def test_the_parents_replay_decides_after_every_message():
+    from leaderboard.detectors import Refusal
+    from leaderboard.replay import ReplayResult
+
+    asked = []
+
+    def replay(verdict):
+        def judge_record(record, forward, time_ms):
+            asked.append((record, forward, time_ms))
+            return verdict
+        return judge_record
+
+    judgement = judge(Observed(honest()), RUN, MATMUL, replay(ReplayResult(None, 40.0, "all 3 launches")))
+    assert judgement.refusals == [] and judgement.fields["kernels_ms"] == 40.0
+    assert asked[-1] == ({"launches": [], "storages": []}, 0, None if RUN.mode == "cpu" else 51.0)
+    refused = judge(Observed(honest()), RUN, MATMUL, replay(ReplayResult(Refusal("not_replayed", "no O"))))
+    assert codes(refused) == ["not_replayed"]
+    faster = judge(Observed(honest()), RUN, MATMUL, replay(ReplayResult(Refusal("faster_than_kernels", "x"), 60.0)))
+    assert codes(faster) == ["faster_than_kernels"]
+    asked.clear()
+    judge(Observed(honest()[:5], exit_status=1), RUN, MATMUL, replay(ReplayResult(None)))
+    assert asked == []  # a worker that did not finish is refused before any replay
+
+
+def test_the_official_time_may_not_beat_the_replayed_kernels():
+    from leaderboard.replay import check_kernel_time
+
+    assert check_kernel_time(4.9, 4.7, 0.05, "all 3 launches") is None
+    assert check_kernel_time(4.6, 4.7, 0.05, "all 3 launches") is None  # within the allowance
+    refusal = check_kernel_time(4.3, 4.7, 0.05, "the forward's 1 launches")
+    assert refusal.code == "faster_than_kernels" and "4.700 ms" in refusal.message
+    assert check_kernel_time(1.0, None, 0.05, "") is None  # nothing timed: nothing to compare

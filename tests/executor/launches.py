@@ -111,6 +111,10 @@ class LaunchRecord:
     def as_data(self) -> dict:
         return {"launches": self.launches, "storages": self.storages}
 
+    def storage_pointers(self) -> list[int]:
+        """Each storage's address, in the record's order (the leaderboard's worker names its inputs by them)."""
+        return [storage.data_ptr() for storage in self._alive]
+
 
 def _initial(flat: torch.Tensor) -> list:
     """A storage's contents before a launch: one constant, or a copy of the values."""
@@ -161,6 +165,15 @@ class LaunchLog:
             if getattr(cls.run, "_cs336_launch_log", None) is self:
                 continue
             cls.run = self._wrap(getattr(cls.run, "_cs336_original", cls.run))
+
+    def uninstall(self) -> None:
+        """Put Triton's own launch paths back (the leaderboard's timed calls run without the log)."""
+        from triton.runtime import interpreter, jit
+
+        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
+            original = getattr(cls.run, "_cs336_original", None)
+            if original is not None:
+                cls.run = original
 
     def _wrap(self, run):
         log = self

@@ -76,6 +76,7 @@ class ExecutorSettings:
     replay_uid: int | None = None  # the user the replay process runs as (replay.py; None: ``uid``)
     replay_cache: Path | None = None  # the replays' shared Triton cache (None: one in each replay's workdir)
     compile_cache: Path | None = None  # this process's Triton cache, if not its workdir's (a replay's: ``replay_cache``)
+    extra_env: dict[str, str] = field(default_factory=dict)  # more variables for ``python`` (a mirror's library path)
 
 
 def describe_limit(name: str, value: int | None) -> str:
@@ -160,6 +161,7 @@ class ExecutorProcess:
             "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
             "MPLCONFIGDIR": str(work / "cache" / "matplotlib"), "PYTHONDONTWRITEBYTECODE": "1",
         })
+        env.update(self.settings.extra_env)
         return env
 
     def start(self, wait: bool = True) -> None:

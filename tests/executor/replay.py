@@ -188,9 +188,10 @@ def _check_record(record: Any) -> None:
 class Replays:
     """The harness's replays of one submission: its kernels-only modules and the process that runs them."""
 
-    def __init__(self, submission: Path, settings: ExecutorSettings):
-        sources = {}
-        for path in sorted(Path(submission).rglob("*.py")):
+    def __init__(self, submission: Path | dict[str, str], settings: ExecutorSettings):
+        """``submission``: its folder, or its Python sources ({relative path: text}) as the caller read them."""
+        sources = submission if isinstance(submission, dict) else {}
+        for path in [] if isinstance(submission, dict) else sorted(Path(submission).rglob("*.py")):
             try:
                 sources[path.relative_to(submission).as_posix()] = path.read_text(errors="replace")
             except OSError:
@@ -205,6 +206,10 @@ class Replays:
             target.write_text(text)
         self.process = ExecutorProcess(replace(settings, submission=self.tree, entry="replay_server",
                                                test_timeout_s=None))
+
+    def run(self, request: dict) -> dict:
+        """Send one request to the replay process (``replay_server.py``) and return its reply."""
+        return self._run(request)
 
     def close(self) -> None:
         self.process.stop()
@@ -270,9 +275,9 @@ class Replays:
         if not (isinstance(finals, list) and len(finals) == len(storages)
                 and all(isinstance(t, torch.Tensor) for t in finals)):
             raise NoCredit("the replay of your kernels returned nothing the grader can read")
-        views = self._views(launches, finals)
+        views = self.views(launches, finals)
         for name, output in call.outputs.items():
-            found = self._found(output, views, call, name)
+            found = self.found(output, views, call, name)
             began = self._phase("find_outputs", began)
             if not found:
                 hint = f" Values computed outside your kernels started as NaN in the replay: {'; '.join(unknown)}." \
@@ -291,8 +296,8 @@ class Replays:
         finals = reply.get("ok", {}).get("storages") if isinstance(reply.get("ok"), dict) else None
         if not isinstance(finals, list) or len(finals) != len(storages):
             return {name: set() for name in call.outputs}
-        views = self._views(launches, finals)
-        return {name: {i for i, view in enumerate(views) if self._found(output, [view], call, name)}
+        views = self.views(launches, finals)
+        return {name: {i for i, view in enumerate(views) if self.found(output, [view], call, name)}
                 for name, output in call.outputs.items()}
 
     def _configured(self, launch: dict, call: Call) -> dict:
@@ -343,7 +348,7 @@ class Replays:
             storages.append(entry)
         return storages, unknown
 
-    def _views(self, launches: list[dict], finals: list[torch.Tensor]) -> list[torch.Tensor]:
+    def views(self, launches: list[dict], finals: list[torch.Tensor]) -> list[torch.Tensor]:
         views, seen = [], set()
         for launch in launches:
             for value in launch["args"].values():
@@ -356,7 +361,7 @@ class Replays:
                         views.append(storage_view(finals[sid], offset, shape, stride, dtype))
         return views
 
-    def _found(self, output: torch.Tensor, views: list[torch.Tensor], call: Call, name: str) -> bool:
+    def found(self, output: torch.Tensor, views: list[torch.Tensor], call: Call, name: str) -> bool:
         from tests.checks.flash_tolerances import tolerance
 
         expected = output.detach().to(torch.float64).cpu()

@@ -18,6 +18,8 @@ Requests (``wire.py`` frames) and replies:
     {"op": "hello"} -> {"ok": {"pid", "uid"}}
     {"op": "replay", "launches": [...], "storages": [...]}
         -> {"ok": {"storages": [flat tensor per storage, after the launches]}} or {"error": {...}}
+    {"op": "time", "launches": [...], "storages": [...], "warmup_ms", "rep_ms"}
+        -> {"ok": {"ms": median milliseconds of the launches back to back (None without a GPU)}}
 
 A storage is ``{"nbytes", "dtype", "init"}``: ``["const", value]``, ``["poison"]`` (NaN, or
 0x7f bytes for integers) or ``["fill", [[offset, shape, stride, dtype, values], ...]]`` (the
@@ -156,6 +158,28 @@ class Replayer:
             torch.cuda.synchronize()
         return {"storages": [flat.cpu() for _, flat in storages]}
 
+    def time(self, request: dict) -> dict:
+        """The median milliseconds of the launches, replayed back to back (``triton.testing.do_bench``,
+        ``rep_ms`` of repeats), on a GPU; ``{"ms": None}`` under the interpreter."""
+        if self.interpreting or self.device != "cuda":
+            return {"ms": None}
+        import triton.testing
+
+        storages = [self._storage(s) for s in request["storages"]]
+        self._compile_ahead(request["launches"], storages)
+        prepared = [self._launch(launch, storages) for launch in request["launches"]]
+
+        def replayed():
+            for kernel, args, options, grid in prepared:
+                kernel[grid](*args, **options)
+
+        try:
+            ms = triton.testing.do_bench(replayed, warmup=int(request.get("warmup_ms", 100)),
+                                         rep=int(request.get("rep_ms", 1000)), return_mode="median")
+        except Exception as error:  # noqa: BLE001  the kernel's own error, named
+            raise Refused(f"timing the replayed launches failed: {type(error).__name__}: {str(error)[:300]}") from None
+        return {"ms": float(ms)}
+
     def _launch(self, launch: dict, storages: list) -> tuple:
         """(kernel, arguments, options, grid) of one recorded launch."""
         kernel = self.kernel(launch["file"], launch["name"], self.interpreting)
@@ -245,6 +269,8 @@ def main(argv: list[str]) -> None:
                 reply = {"ok": {"pid": os.getpid(), "uid": os.getuid()}}
             elif op == "replay":
                 reply = {"ok": replayer.run(request)}
+            elif op == "time":
+                reply = {"ok": replayer.time(request)}
             else:
                 reply = {"error": {"message": f"unknown request {op!r}"}}
         except Refused as refusal:
