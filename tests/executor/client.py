@@ -85,14 +85,6 @@ class Executor(ExecutorProcess):
         self._sent_max = 0  # the largest request frame of the current test (bytes)
         self.codec = Codec(export=self._export, imports={"H": self._handle}, on_tensor=self._arrived)
 
-    def start(self, wait: bool = True) -> None:
-        """``ExecutorProcess.start``; with ``wait=False`` (while pytest collects), the replay process
-        of a submission that has Triton kernels starts too, so that its import of torch and its GPU
-        context are ready by the first replay."""
-        super().start(wait)
-        if not wait and self.replays().kernels.kernels:
-            self.replays().process.start(wait=False)
-
     def _spawn(self) -> None:
         super()._spawn()
         self._released_handles.clear()  # the objects and graphs they name died with the last process
@@ -239,6 +231,10 @@ class Executor(ExecutorProcess):
         sent = time.monotonic()
         try:
             self._sent_max = max(self._sent_max, send_frame(self._to, message))
+            if message.get("watch"):  # the replay process starts (imports torch) while the executor computes
+                replay = self.replays().process
+                if replay.process is None:
+                    replay.start(wait=False)
             limit = max(reply_limit(self._sent_max), reply_bytes)
             if message.get("watch"):  # the launch record holds the inputs and outputs of every launch too
                 limit = max(limit, REPLY_BASE_BYTES + 12 * self._sent_max)
