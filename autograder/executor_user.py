@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from confine.identity import drop_privileges
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
 from tests.harness import gpus
 
@@ -31,9 +32,7 @@ def readable_as(uid: int, gid: int, paths: list[Path]) -> list[bool]:
     if pid == 0:  # child: only os calls, then _exit
         try:
             os.close(read_end)
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
+            drop_privileges(uid, gid)
             answer = "".join("1" if os.access(path, os.R_OK) else "0" for path in paths)
             os.write(write_end, answer.encode())
         finally:

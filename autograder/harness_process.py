@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confine import frames, uid_pool
+from confine.children import describe_signal, kill_group
 from autograder.gpu_quiet import ENV_VAR as GPU_LOCK_ENV
 from autograder.hidden_tests.secret import SEED_ENV, course_secret
 from autograder.protocol import MAX_RECORD_BYTES, ForgedRecord, Verifier, new_key
@@ -208,10 +209,7 @@ class HarnessProcess:
         return records
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.process.pid)
         self.process.wait()
         self._sweep()
 
@@ -229,10 +227,7 @@ class HarnessProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             status = self.process.returncode
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # leftovers of the group
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.process.pid)  # leftovers of the group
         self._sweep()
         os.close(self.record_read)
         return status
@@ -275,11 +270,6 @@ def describe_exit(status: int | None) -> str:
     if status is None:
         return "was killed"
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        hint = {"SIGSEGV": " (segmentation fault)", "SIGKILL": " (killed, often for using too much memory)",
-                "SIGABRT": " (aborted)", "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
-        return f"died with {name}{hint}"
+        name, hint = describe_signal(status)
+        return f"died with {name}" + (f" ({hint})" if hint != name else "")
     return f"exited with status {status} (the code called sys.exit or os._exit, or Python aborted)"

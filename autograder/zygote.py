@@ -155,6 +155,8 @@ def _returncode(status: int) -> int:
 
 
 def _kill_group(pid: int) -> None:
+    """``confine.children.kill_group``, which the zygote cannot import: it runs as a script, with
+    the standard library alone, before the kit is on its path."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError:

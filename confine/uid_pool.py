@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from confine.identity import ConfinementError, drop_privileges
+
 FIRST_UID = 2_000_100_000  # far above any real account and the usual subordinate-id ranges
 POOL_SIZE = 4096
 LOCK_DIRS = (Path("/run/cs336-uid-pool"), Path(tempfile.gettempdir()) / "cs336-uid-pool")
@@ -122,11 +124,9 @@ def kill_all(uid: int) -> None:
     pid = os.fork()
     if pid == 0:  # pragma: no cover (the child)
         try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
+            drop_privileges(uid, uid)
             os.kill(-1, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        except (ProcessLookupError, PermissionError, ConfinementError):
             pass
         finally:
             os._exit(0)

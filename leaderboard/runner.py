@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from tests.harness.submission import files_hash, kit_link_roots, read_submission
 
 from leaderboard.config import WORKER_TIMEOUT_S
 from leaderboard.store import ROOT, append_record
+from confine.children import kill_group
 
 # The worker's entry point: only the sandbox's copy of the worker's modules on the path, and
 # Python started with -I (no PYTHON* variables, no user site, no current directory on the path).
@@ -148,13 +148,9 @@ def run_worker(files: dict[str, bytes], run, timeout_s: float, identity):
                 pass
         status = process.poll()
         if status is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_group(process.pid)
             process.wait()
-        # Whatever the worker left behind dies too, so that the pipes end.
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(process.pid)  # whatever the worker left behind dies too, so that the pipes end
         clear_uid(identity)
         reader.join(timeout=10)
         relay.join(timeout=5)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from confine import uid_pool
+from confine.environment import machine_env, own_folders
 from confine.views import needed_paths, unreadable
 from leaderboard.store import ROOT
 
@@ -64,23 +65,6 @@ WORKER_MODULES = (
     "tests/checks/flash_tolerances.py",
     "tests/harness/gpus.py",
     "tests/harness/submission.py",
-)
-# Variables of the parent's environment the worker may see: where the GPU, its libraries and a
-# compiler are. Everything else is set by worker_env or left out.
-PASSED_VARIABLES = (
-    "PATH",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "LD_LIBRARY_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "TRITON_LIBCUDA_PATH",
-    "TRITON_PTXAS_PATH",
-    "CC",
-    "CXX",
 )
 SAME_USER_HINT = (
     "run the leaderboard as root, so that the student code runs as an unprivileged uid of its own "
@@ -241,18 +225,9 @@ def remove_sandbox(dirs: SandboxDirs) -> None:
 
 def worker_env(mode: str, dirs: SandboxDirs) -> dict[str, str]:
     """The worker's whole environment (see the module docstring)."""
-    env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
+    env = machine_env()  # where the GPU, its libraries and a compiler are (confine/environment.py)
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    cache = dirs.work / "cache"
-    env.update(
-        HOME=str(dirs.work / "home"),
-        TMPDIR=str(dirs.work / "tmp"),
-        USER="leaderboard-worker",
-        LOGNAME="leaderboard-worker",
-        XDG_CACHE_HOME=str(cache),
-        TRITON_CACHE_DIR=str(cache / "triton"),
-        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-    )
+    env.update(own_folders(dirs.work, "leaderboard-worker"))
     if mode == "cpu":
         env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     else:

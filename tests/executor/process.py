@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import confine
+from confine.children import describe_signal, kill_group
+from confine.environment import machine_env, own_folders
 
 from .cpu_clock import Budget
 from .wire import Closed, ProtocolError, TimedOut, recv_frame, send_frame
@@ -39,10 +41,9 @@ _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
               "__import__('confine.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
               f"__import__('{RUNTIME_PACKAGE}.' + sys.argv[2], fromlist=['main']).main(sys.argv[3:-1])")
 ENTRIES = ("server", "replay_server")  # the executor, and the replay process that runs only kernels (replay.py)
-_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS",
-               "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "CS336_GRADER_RUN",
-               "CS336_INTERPRET_AUTOTUNE_CONFIG")
-_PASSED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_")
+# Passed beside the machine's variables (confine/environment.py): the grade's settings.
+_PASSED_ENV = ("MPLBACKEND", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS", "TRITON_INTERPRET", "PYTHONHASHSEED",
+               "CS336_GRADER_RUN", "CS336_INTERPRET_AUTOTUNE_CONFIG")
 _LIMIT_NAMES = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
 START_TIMEOUT_S = 120.0
 
@@ -151,16 +152,8 @@ class ExecutorProcess:
         self._prepared = True
 
     def _env(self) -> dict[str, str]:
-        work = self.settings.workdir
-        env = {name: value for name, value in os.environ.items()
-               if name in _PASSED_ENV or name.startswith(_PASSED_PREFIXES)}
-        env.update({
-            "HOME": str(work / "home"), "TMPDIR": str(work / "tmp"), "USER": "executor", "LOGNAME": "executor",
-            "XDG_CACHE_HOME": str(work / "cache"), "TRITON_HOME": str(work / "home"),
-            "TRITON_CACHE_DIR": str(self.settings.compile_cache or work / "cache" / "triton"),
-            "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
-            "MPLCONFIGDIR": str(work / "cache" / "matplotlib"), "PYTHONDONTWRITEBYTECODE": "1",
-        })
+        env = machine_env(_PASSED_ENV)
+        env.update(own_folders(self.settings.workdir, "executor", self.settings.compile_cache))
         env.update(self.settings.extra_env)
         return env
 
@@ -220,10 +213,7 @@ class ExecutorProcess:
             return
         if self.budget is not None:
             self.budget.cpu()  # what it used so far stays charged to the test after a restart
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.process.pid)
         self.process.wait()
         for fd in (self._to, self._from):
             try:
@@ -261,15 +251,10 @@ class ExecutorProcess:
     def _describe_exit(self, status: int) -> str:
         if status >= 0:
             return f"(the process exited with status {status}: the code called sys.exit or os._exit, or Python aborted)"
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
+        name, hint = describe_signal(status)
         limit = _LIMIT_NAMES.get(name)
         if limit:
             return f"(the process was killed by {name}: it went past {describe_limit(limit, self.settings.limits.get(limit))})"
-        hint = {"SIGSEGV": "a segmentation fault", "SIGKILL": "killed, often for using too much memory",
-                "SIGABRT": "aborted", "SIGBUS": "a bus error", "SIGFPE": "an arithmetic error"}.get(name, name)
         return f"(the process died with {name}: {hint})"
 
     def log_tail(self, lines: int = 15) -> str:
