@@ -266,20 +266,6 @@ def judgement_record(judgement, run) -> dict:
     }
 
 
-def evaluate_in_process(Fn, mode: str, triton_names: set[str], seed: int = 0, repeats: int = 1) -> dict:
-    """The worker's steps on ``Fn`` in this process, judged as the parent judges a worker (for
-    the leaderboard's own tests): the same record fields, minus the process and the sandbox."""
-    from leaderboard.protocol import MemoryChannel
-    from leaderboard.verdict import Observed, Run, judge
-    from leaderboard.worker import evaluate
-
-    run = Run(mode, repeats, seed, set(triton_names))
-    channel = MemoryChannel()
-    channel.send("hello", uid=os.getuid(), gid=os.getgid())
-    evaluate(None, mode, channel, repeats, seed, triton_names=run.triton_names, Fn=Fn)
-    return judgement_record(judge(Observed(channel.messages), run, parent_matmul(mode)), run)
-
-
 def describe(record: dict) -> str:
     """A few lines saying what happened: the time and rates if accepted, every reason if not."""
     head = f"{record['name']} ({record['submission']}, {record['mode']}, {record.get('run_s', '?')} s)"

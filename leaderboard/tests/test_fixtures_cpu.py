@@ -1,6 +1,6 @@
 """Each cheat a CPU can judge is refused for its own reason, by the leaderboard's own checks.
 
-The checks run in this process on the fixture's autograd.Function (``runner.evaluate_in_process``:
+The checks run in this process on the fixture's autograd.Function (``evaluate_in_process`` below:
 the worker's steps, then the parent's judgement of its messages), on the CPU problem under
 Triton's interpreter: the same code path as ``python -m leaderboard run FIXTURE --cpu``
 minus the processes and the sandbox. ``test_cli_cpu`` runs the real command on the honest
@@ -18,7 +18,23 @@ import torch
 from fixtures import materialize
 from fixtures.leaderboard import FIXTURES
 from leaderboard.kernels import submission_triton_names
-from leaderboard.runner import evaluate_in_process, submission_files
+from leaderboard.runner import judgement_record, parent_matmul, submission_files
+
+
+def evaluate_in_process(Fn, mode: str, triton_names: set[str], seed: int = 0, repeats: int = 1) -> dict:
+    """The worker's steps on ``Fn`` in this process, judged as the parent judges a worker (for
+    the leaderboard's own tests): the same record fields, minus the process, the sandbox and
+    the parent's replay (which fixtures marked ``replayed`` go through: test_attacks_cpu.py)."""
+    from leaderboard.protocol import MemoryChannel
+    from leaderboard.verdict import Observed, Run, judge
+    from leaderboard.worker import evaluate
+
+    run = Run(mode, repeats, seed, set(triton_names))
+    channel = MemoryChannel()
+    channel.send("hello", uid=os.getuid(), gid=os.getgid())
+    evaluate(None, mode, channel, repeats, seed, triton_names=run.triton_names, Fn=Fn)
+    return judgement_record(judge(Observed(channel.messages), run, parent_matmul(mode)), run)
+
 
 IN_PROCESS = [f for f in FIXTURES if f.verdict.cpu_refusals and f.verdict.in_process]
 
