@@ -147,3 +147,13 @@ def top_kernels(events: list[ProfiledEvent], n: int = 8) -> list[tuple[str, floa
         if e.on_gpu:
             totals[e.name] = totals.get(e.name, 0.0) + e.duration_us
     return sorted(totals.items(), key=lambda item: -item[1])[:n]
+
+
+def summarize_events(events) -> list[list]:
+    """Profiler events as [name, on_gpu, total microseconds, count], one row per (name, on_gpu)."""
+    rows: dict[tuple[str, bool], list] = {}
+    for e in events:
+        row = rows.setdefault((e.name, e.on_gpu), [e.name, e.on_gpu, 0.0, 0])
+        row[2] += e.duration_us
+        row[3] += 1
+    return list(rows.values())

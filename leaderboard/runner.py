@@ -34,7 +34,7 @@ from confine.children import kill_group
 
 # The worker's entry point: only the sandbox's copy of the worker's modules on the path, and
 # Python started with -I (no PYTHON* variables, no user site, no current directory on the path).
-BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from leaderboard.worker import main; sys.exit(main())"
+BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from leaderboard.worker_boot import main; sys.exit(main())"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # torch.profiler's trace lines (``USDT:2026-12-04 17:19:17 31881:31881 SyncActivityProfilerHandler.cpp:52]
 # profiler_start``): the worker's own profiling (leaderboard/kernels.py), noise to whoever reads a run

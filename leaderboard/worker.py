@@ -17,6 +17,8 @@ Order, and why:
    the right shape and dtype (catches subclassed and lazy outputs before torch.compile sees them);
 3. ``flash = torch.compile(Fn.apply)``; the correctness gate under a random dO on inputs drawn
    from the parent's seed, inputs checked for in-place changes; O, dQ, dK, dV go to the parent;
+   then one eager forward and backward on the same inputs, its launches written down for the
+   parent's replay (``launch_record``; the launch log then comes off Triton's launch path);
 4. wall-clock vs CUDA-event time of a few calls (side streams, threads), before anything that
    reads gradients on the current stream;
 5. fresh random inputs on every call (new tensors, then the same tensors refilled in place),
@@ -31,16 +33,15 @@ Order, and why:
 Steps 1-6 stop at the first refusal (a ``refused`` message): a cheat that hides work could make
 the timing run for hours. The verdicts that need the times are the parent's.
 
-Messages, in order: ``hello``, ``gate``, ``fresh`` (one per call), ``timing_start``/``timing_end``
+Messages, in order: ``hello``, ``gate``, ``launches``, ``fresh`` (one per call), ``timing_start``/``timing_end``
 ("fresh_inputs"), ``profile``, ``timing_start``/``timing_end`` ("official_1", ...,
 "random_dO"), ``done``; or ``refused`` in place of any after ``hello``; or ``isolation_failed``
-in place of ``hello``.
+in place of ``hello``. The process's start (confinement, then what must be settled before Triton
+is imported) is ``worker_boot.py``'s.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 import traceback
@@ -48,7 +49,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from leaderboard.machine import environment
-from tests.harness import gpus
 
 MODES = ("official", "quick", "cpu")
 # What a confined worker may use (confine/limits.py), as the grader's executor: processes and
@@ -282,21 +282,8 @@ class Evaluation:
             if self.cuda:
                 LAUNCH_LOG.uninstall()
         self.keep.append(o)
-        labels = {t.untyped_storage().data_ptr(): name for name, t in (("Q", q), ("K", k), ("V", v), ("dO", do))}
-        root = os.path.join(os.path.realpath(self.submission), "")
-        launches, kept_forward = [], 0
-        for index, launch in enumerate(record.launches):
-            file = launch["file"]
-            if os.path.isabs(file):  # the interpreter's log names files by their real path
-                file = file[len(root):] if file.startswith(root) else None
-            if file is not None:
-                launches.append({**launch, "file": file})
-                kept_forward += index < forward
-        storages = []
-        for spec, pointer in zip(record.storages, record.storage_pointers()):
-            init = ["input", labels[pointer]] if pointer in labels else spec["init"] if spec["init"][0] == "const" else ["unknown"]
-            storages.append({"nbytes": spec["nbytes"], "dtype": spec["dtype"], "init": init})
-        self.channel.send("launches", record={"launches": launches, "storages": storages}, forward=kept_forward)
+        named, kept_forward = record.named({"Q": q, "K": k, "V": v, "dO": do}, self.submission, forward)
+        self.channel.send("launches", record=named, forward=kept_forward)
 
     def fresh_inputs(self) -> None:
         from leaderboard.detectors import Refusal
@@ -409,6 +396,7 @@ class Evaluation:
 
     def profile(self) -> None:
         from leaderboard.kernels import (
+            summarize_events,
             check_library_attention,
             check_triton_launched,
             check_triton_share,
@@ -428,7 +416,7 @@ class Evaluation:
         launched = [launch.name for launch in LAUNCH_LOG.take()] if LAUNCH_LOG is not None else []
         both = profile_call(lambda: self.flash(q, k, v, p.is_causal).sum().backward(), self.clock.synchronize, self.cuda)
         names = self.triton_names
-        self.channel.send("profile", forward=summarize(forward), both=summarize(both), launched=sorted(set(launched)))
+        self.channel.send("profile", forward=summarize_events(forward), both=summarize_events(both), launched=sorted(set(launched)))
         for name, us in top_kernels(both, 6):
             marker = "triton" if is_triton_kernel(name, names) else "      "
             log(f"  {marker} {us:10.0f} us  {name[:110]}")
@@ -464,108 +452,9 @@ class Evaluation:
         self.untampered("after timing")
 
 
-# The submission's @triton.jit launches (tests/executor/launches.py LaunchLog; see main()): for the
+# The submission's @triton.jit launches (tests/executor/launches.py LaunchLog; set by worker_boot.py): for the
 # launch record on a GPU, and for the launch record and the profile under the interpreter (--cpu).
 LAUNCH_LOG = None
-
-
-def summarize(events) -> list[list]:
-    """Profiler events as [name, on_gpu, total microseconds, count], one row per (name, on_gpu)."""
-    rows: dict[tuple[str, bool], list] = {}
-    for e in events:
-        row = rows.setdefault((e.name, e.on_gpu), [e.name, e.on_gpu, 0.0, 0])
-        row[2] += e.duration_us
-        row[3] += 1
-    return list(rows.values())
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="leaderboard worker", description=__doc__.splitlines()[0])
-    parser.add_argument("submission", type=Path)
-    parser.add_argument("--mode", choices=MODES, default="official")
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, required=True, help="the parent's seed for every checked input")
-    parser.add_argument("--channel-fd", type=int, required=True, help="the pipe to the parent")
-    parser.add_argument("--confine", default="none", help="UID:GID to drop to (the worker starts as root), or none")
-    parser.add_argument("--views", type=Path, default=None, help="a root-owned directory for confine's views")
-    parser.add_argument("--triton-names", default="", help="the submission's @triton.jit function names, comma-separated")
-    args = parser.parse_args(argv)
-
-    from confine import identity, limits
-    from confine.views import cover
-    from leaderboard.protocol import PipeChannel
-
-    channel = PipeChannel(args.channel_fd)
-    try:
-        if args.confine != "none":
-            uid, gid = (int(x) for x in args.confine.split(":"))
-            identity.enter(uid, gid, prepare=lambda uid, gid: cover(uid, gid, args.views))
-        identity.harden()
-        if args.confine != "none":  # the process count is its own only under a leased uid
-            limits.apply(WORKER_LIMITS)
-    except (identity.ConfinementError, OSError) as error:
-        channel.send("isolation_failed", message=str(error))
-        return 3
-    channel.send("hello", uid=os.getuid(), gid=os.getgid(), network_confined=identity.network_confined)
-
-    # Must be settled before triton is first imported (leaderboard.config imports torch).
-    if args.mode == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-    elif os.environ.get("TRITON_INTERPRET") == "1":
-        channel.send("refused", refusals=[{"code": "error", "message": "TRITON_INTERPRET=1 is set for a GPU run"}])
-        return 2
-
-    import torch
-
-    import torch._dynamo  # noqa: F401  (imported before the snapshot: it is ours, not the submission's)
-    import triton.testing  # noqa: F401
-
-    if args.mode == "cpu":
-        # One thread: a --cpu run's times mean nothing, and on a shared CPU several busy-waiting
-        # threads per process make every small operation many times slower.
-        torch.set_num_threads(1)
-        record_interpreted_launches()
-    elif not gpus.count():
-        message = (
-            f"the worker (uid {os.getuid()}) sees no CUDA GPU; the GPU's device files (/dev/nvidia*) must be "
-            "readable and writable by every user"
-        )
-        channel.send("refused", refusals=[{"code": "error", "message": message}])
-        return 2
-    else:
-        import torch._inductor  # noqa: F401
-
-        install_launch_log(args.submission.resolve())
-
-    names = {name for name in args.triton_names.split(",") if name}
-    evaluate(args.submission.resolve(), args.mode, channel, args.repeats, args.seed, triton_names=names)
-    return 0
-
-
-def install_launch_log(submission: Path) -> None:
-    """On a GPU: note the launches of the kernels defined in the submission (``LAUNCH_LOG``), for
-    the launch record of ``Evaluation.launch_record``, which takes the log off again."""
-    global LAUNCH_LOG
-    from tests.executor.launches import LaunchLog
-
-    LAUNCH_LOG = LaunchLog(str(submission))
-    LAUNCH_LOG.install()
-
-
-def record_interpreted_launches() -> None:
-    """Under Triton's interpreter: note every @triton.jit function launched (in ``LAUNCH_LOG``,
-    the grader's launch log: ``tests/executor/launches.py``), and keep torch.compile from tracing
-    into the interpreter (its numpy code fails under dynamo): interpreted launches run as
-    written, as graph breaks."""
-    global LAUNCH_LOG
-    import torch
-    from triton.runtime.interpreter import InterpretedFunction
-
-    from tests.executor.launches import LaunchLog
-
-    LAUNCH_LOG = LaunchLog(None)
-    LAUNCH_LOG.install()
-    InterpretedFunction.run = torch._dynamo.disable(InterpretedFunction.run)
 
 
 def evaluate(submission: Path | None, mode: str, channel, repeats: int = 1, seed: int = 0, triton_names=(), Fn=None) -> None:
@@ -601,6 +490,3 @@ def evaluate(submission: Path | None, mode: str, channel, repeats: int = 1, seed
     else:
         channel.send("done", checks=evaluation.checks, info=evaluation.info, environment=environment())
 
-
-if __name__ == "__main__":
-    sys.exit(main())

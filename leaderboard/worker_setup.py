@@ -55,6 +55,7 @@ WORKER_MODULES = (
     "leaderboard/timer_guard.py",
     "leaderboard/timing.py",
     "leaderboard/worker.py",
+    "leaderboard/worker_boot.py",
     "tests/__init__.py",
     "tests/checks/assertions.py",
     "tests/executor/__init__.py",

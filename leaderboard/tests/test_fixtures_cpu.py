@@ -49,7 +49,7 @@ def cpu_process(monkeypatch):
     """What the worker sets up for --cpu, undone afterwards."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    from leaderboard.worker import record_interpreted_launches
+    from leaderboard.worker_boot import record_interpreted_launches
 
     monkeypatch.setattr(InterpretedFunction, "run", InterpretedFunction.run)  # restored afterwards
     record_interpreted_launches()

@@ -111,9 +111,27 @@ class LaunchRecord:
     def as_data(self) -> dict:
         return {"launches": self.launches, "storages": self.storages}
 
-    def storage_pointers(self) -> list[int]:
-        """Each storage's address, in the record's order (the leaderboard's worker names its inputs by them)."""
-        return [storage.data_ptr() for storage in self._alive]
+    def named(self, inputs: dict[str, torch.Tensor], root: str | os.PathLike, forward: int) -> tuple[dict, int]:
+        """The record as the leaderboard's worker sends it: no values, a storage named by the input
+        of ``inputs`` it holds, by its constant, or ``["unknown"]``; files relative to ``root`` (a
+        launch of a kernel defined elsewhere is left out). Returns it with how many of the first
+        ``forward`` launches it kept."""
+        names = {tensor.untyped_storage().data_ptr(): name for name, tensor in inputs.items()}
+        root = os.path.join(os.path.realpath(root), "")
+        launches, kept_forward = [], 0
+        for index, launch in enumerate(self.launches):
+            file = launch["file"]
+            if os.path.isabs(file):  # the interpreter's log names files by their real path
+                file = file[len(root):] if file.startswith(root) else None
+            if file is not None:
+                launches.append({**launch, "file": file})
+                kept_forward += index < forward
+        storages = []
+        for spec, storage in zip(self.storages, self._alive):
+            pointer = storage.data_ptr()
+            init = ["input", names[pointer]] if pointer in names else spec["init"] if spec["init"][0] == "const" else ["unknown"]
+            storages.append({"nbytes": spec["nbytes"], "dtype": spec["dtype"], "init": init})
+        return {"launches": launches, "storages": storages}, kept_forward
 
 
 def _initial(flat: torch.Tensor) -> list:
