@@ -1,13 +1,18 @@
-"""§1.7's checks catch wrong strategies: a one-level sqrt(N) plan, a plan that drops a layer, one that recomputes too much."""
+"""§1.7's checks catch wrong strategies: a one-level sqrt(N) plan (on the memory model, and handed in as a
+student's submission), a plan that drops a layer, one that recomputes too much."""
 
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
+from autograder.selftests.test_training_step_cheats import run_tests
 from tests.checks.checkpoint_plans import check_plan, forwards, peak
 
+KIT = Path(__file__).resolve().parents[2]
 KIT_REFERENCE = "reference"
 
 
@@ -49,3 +54,34 @@ def test_a_plan_that_recomputes_too_much_fails():
 
     with pytest.raises(AssertionError, match="forwards"):
         check_plan(chain(60), 60)
+
+
+ONE_LEVEL_STUDENT = '''"""A wrong §1.7 answer: §1.6's one-level optimum, groups of about sqrt(N)."""
+
+import math
+from pathlib import Path
+
+
+def nested_checkpoint_plan(num_layers):
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be an int >= 1; got {num_layers!r}")
+    k = max(1, round(math.sqrt(num_layers)))
+    return [min(k, num_layers - start) for start in range(0, num_layers, k)]
+'''
+
+
+def test_the_visible_and_hidden_tests_fail_a_one_level_submission(tmp_path):
+    """A student who hands in the one-level plan, run through §1.7's visible and hidden tests in the
+    executor as the grader runs them: the short chains cannot tell, every chain of 64 layers or more
+    fails, and the message names the O(log N) bound."""
+    submission = tmp_path / "one_level"
+    shutil.copytree(KIT / KIT_REFERENCE, submission, symlinks=False)
+    (submission / "cs336_systems" / "nested_checkpointing.py").write_text(ONE_LEVEL_STUDENT)
+    outcomes = run_tests(submission, ["tests/test_nested_checkpointing.py",
+                                      "autograder/hidden_tests/test_nested_checkpointing_hidden.py"],
+                         tmp_path / "report.xml")
+    failed = sorted(name for name, message in outcomes.items() if message)
+    assert failed == ["test_nested_plan_for_every_count_to_300", "test_nested_plan_for_long_chains[1023]",
+                      "test_nested_plan_for_long_chains[1024]", "test_nested_plan_for_long_chains[4096]",
+                      "test_nested_plan_meets_the_log_bound[100]", "test_nested_plan_meets_the_log_bound[64]"], outcomes
+    assert all("O(log N)" in outcomes[name] for name in failed), outcomes

@@ -8,12 +8,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from autograder.release import (NEVER_RELEASED, RELEASED, RELEASED_IN_PART, ReleaseError,
+from autograder.grade import GradeOptions, grade
+from autograder.manifest import editions, load_manifest
+from autograder.release import (NEVER_RELEASED, RELEASED, RELEASED_IN_PART, ReleaseError, build_release,
                                 student_pyproject, student_setup)
 from confine import EXECUTOR_FILES
 
@@ -162,8 +165,6 @@ def _visible_entries(results: dict) -> dict[str, dict]:
 
 def test_release_points_file_prices_visible_tests_as_the_grader(student_release, reference_grade):
     """tests/points.toml (for `python -m tests.score`) gives each visible test the grader's max_score."""
-    import tomllib
-
     points = tomllib.loads((student_release / "tests" / "points.toml").read_text())
     entries = _visible_entries(reference_grade[1])
     assert entries and set(entries) <= set(points["tests"]), sorted(set(entries) - set(points["tests"]))[:5]
@@ -191,3 +192,100 @@ def test_local_score_on_the_reference_equals_the_graders_visible_points(student_
     assert abs(float(total.group(1)) - graded) < 0.011, (
         f"local score {total.group(1)} but the grader gave the visible tests {graded:.2f}:\n{result.stdout[-3000:]}")
     assert "Hidden tests count too" in result.stdout and "Traceback" not in result.stdout
+
+
+# -- each edition's release: its problems, its points, its stubs --
+
+EDITION_POINTS = {"2025": (77, 30, 107), "2026": (93, 44, 137)}
+"""Each edition's (autograded, staff-graded writeup, total) points, as its handout states them."""
+NEW_IN_2026 = ("nested_checkpointing", "training_step")
+
+
+@pytest.fixture(scope="module")
+def edition_releases(tmp_path_factory) -> dict[str, Path]:
+    """{edition: its student tree}, built by the release builder as ``release --edition`` does."""
+    root = tmp_path_factory.mktemp("editions")
+    return {edition: build_release(root / edition, edition=edition) for edition in EDITION_POINTS}
+
+
+def test_every_edition_of_the_manifest_is_checked_here():
+    assert sorted(editions()["names"]) == sorted(EDITION_POINTS) and editions()["default"] == "2025"
+
+
+@pytest.mark.parametrize("edition", sorted(EDITION_POINTS))
+def test_each_editions_release_states_its_points(edition, edition_releases):
+    manifest = load_manifest(edition=edition)
+    auto, writeup, total = EDITION_POINTS[edition]
+    assert (manifest.total_points, manifest.writeup_points, manifest.stated_total) == (auto, writeup, total)
+    handout = (edition_releases[edition] / "handout" / "README.md").read_text()
+    assert not re.search(r"edition \d{4}|end edition", handout), "an edition block's marker reached the handout"
+    flat = " ".join(handout.split())
+    for statement in (f"The grader awards exactly these points, {auto} in all.",
+                      f"**Writeup: {writeup} points, graded by staff, separate from the {auto} autograded points** "
+                      f"({total} in all)",
+                      f"## Written problems ({writeup} points, graded by staff)",
+                      f"{writeup} points in all, separate from the {auto} points of the tests"):
+        assert statement in flat, f"the {edition} handout must say: {statement}"
+    other = {"2025": "2026", "2026": "2025"}[edition]
+    for wrong in (f"exactly these points, {EDITION_POINTS[other][0]} in all", f"({EDITION_POINTS[other][2]} in all)"):
+        assert wrong not in flat, f"the {edition} handout states the {other} edition's points: {wrong}"
+    points = tomllib.loads((edition_releases[edition] / "tests" / "points.toml").read_text())
+    assert {name: entry["points"] for name, entry in points["problems"].items()} == {
+        problem.name: problem.points for problem in manifest.problems if problem.points}  # §2.7: no points, no tests
+    assert {entry["problem"] for entry in points["tests"].values()} <= {problem.name for problem in manifest.problems}
+
+
+@pytest.mark.parametrize("edition", sorted(EDITION_POINTS))
+def test_each_editions_release_holds_its_problems_and_not_the_others(edition, edition_releases):
+    tree, manifest = edition_releases[edition], load_manifest(edition=edition)
+    handout = (tree / "handout" / "README.md").read_text()
+    for problem in manifest.problems:
+        assert f"### {problem.section} {problem.name} (" in handout, f"{edition}: no heading for {problem.name}"
+        missing = [file for file in problem.files if not (tree / file).is_file()]
+        assert not missing, f"the {edition} release lacks {problem.name}'s {missing}"
+    adapters = (tree / "adapters.py").read_text()
+    for name in NEW_IN_2026:
+        mine = name in manifest.by_name
+        assert (tree / "cs336_systems" / f"{name}.py").is_file() == mine
+        assert (tree / "tests" / f"test_{name}.py").is_file() == mine
+        assert (f" {name} (" in handout) == mine, f"the {edition} handout {'lacks' if mine else 'has'} {name}"
+    assert ("def get_training_step(" in adapters) == ("training_step" in manifest.by_name)
+    assert ("def run_nested_checkpoint_plan(" in adapters) == ("nested_checkpointing" in manifest.by_name)
+    if edition == "2026":
+        stub = (tree / "cs336_systems" / "training_step.py").read_text()
+        assert "class TrainingStep" in stub and "§3.8" in stub and "raise not_implemented(" in stub
+
+
+def test_the_editions_share_every_other_problem_as_it_is():
+    """Apart from 2026's two new problems, both editions grade the same problems with the same
+    points, files and test files: the default edition's full grades (``reference_grade``,
+    ``stub_grade``) stand for the shared problems of both."""
+    old, new = load_manifest(edition="2025"), load_manifest(edition="2026")
+    assert set(new.by_name) - set(old.by_name) == set(NEW_IN_2026) and set(old.by_name) <= set(new.by_name)
+    for name, problem in old.by_name.items():
+        assert problem == new.by_name[name], f"{name} differs between the editions"
+
+
+def test_the_2026_release_grades_its_new_problems_stubs_0_and_the_reference_in_full(edition_releases, tmp_path):
+    """2026's own problems, graded under its manifest: the release's stubs score 0, every test
+    failing with the stub's NotImplementedError naming its file and section; the reference scores
+    every point. (The 2025 manifest does not know them.)"""
+    manifest = load_manifest(edition="2026")
+    graded = {}
+    for name, submission in (("stubs", edition_releases["2026"]), ("reference", KIT / "reference")):
+        report = grade(GradeOptions(submission=submission, out=tmp_path / name, problems=list(NEW_IN_2026),
+                                    manifest=manifest, quiet=True))
+        graded[name] = report.results["tests"]
+    section = {name: manifest.by_name[name].section for name in NEW_IN_2026}
+    assert {entry["name"].split()[1] for entry in graded["stubs"]} == set(NEW_IN_2026)
+    for entry in graded["stubs"]:
+        problem = entry["name"].split()[1]
+        assert entry["score"] == 0 and "NotImplementedError" in entry["output"], (entry["name"], entry["output"][:300])
+        assert f"cs336_systems/{manifest.by_name[problem].files[0].split('/')[-1]}" in entry["output"], entry["output"][:300]
+        assert section[problem] in entry["output"], (entry["name"], entry["output"][:300])
+    earned = sum(entry["score"] for entry in graded["reference"])
+    assert abs(earned - 16) < 1e-6 and all(entry["score"] == entry["max_score"] for entry in graded["reference"]), [
+        (entry["name"], entry["output"][:200]) for entry in graded["reference"] if entry["score"] < entry["max_score"]]
+    with pytest.raises(SystemExit, match="unknown problem"):
+        grade(GradeOptions(submission=KIT / "reference", out=tmp_path / "old", problems=["training_step"],
+                           manifest=load_manifest(edition="2025"), quiet=True))

@@ -8,18 +8,23 @@ fixture on a 2-core CPU.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fixtures import materialize
 from fixtures.training_step import FIXTURES, get
-from leaderboard.training_step.config import OFFICIAL, TINY, TINY_BF16
+from leaderboard.training_step.config import CONFIGS, OFFICIAL, ONE_GPU, TINY, TINY_BF16
 from leaderboard.store import read_records
 from leaderboard.training_step.__main__ import main
 from leaderboard.training_step.run import run
 
-ENTRY = Path(__file__).resolve().parents[2] / "reference"  # the reference solution, whose §3.8 TrainingStep is the staff entry
+KIT = Path(__file__).resolve().parents[2]
+ENTRY = KIT / "reference"  # the reference solution, whose §3.8 TrainingStep is the staff entry
 
 
 @pytest.mark.parametrize("fixture", [f.name for f in FIXTURES])
@@ -90,3 +95,37 @@ def test_the_cli_cpu_run_records_the_run_with_its_stack(tmp_path, capsys):
     assert entry["name"] == "cheater" and not entry["accepted"] and entry["mode"] == "tiny"
     assert any(reason.startswith("no_update") for reason in entry["refusals"])
     assert entry["stack"]["backend"] == "gloo" and entry["stack"]["torch"] and entry["time_ms"] is None
+
+
+def test_the_cli_accepts_the_reference_on_the_cpu(tmp_path):
+    """The README's student command, as a student runs it: ``python -m leaderboard.training_step run
+    reference --cpu`` accepts the reference's §3.8 step, prints its time and records it."""
+    store = tmp_path / "records.jsonl"
+    done = subprocess.run([sys.executable, "-m", "leaderboard.training_step", "run", "reference", "--cpu",
+                           "--store", str(store)], cwd=KIT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, (done.stdout + done.stderr)[-3000:])
+    assert re.match(r"accepted: [\d.]+ ms a step \(median, slowest rank; tiny, gloo", done.stdout), done.stdout
+    [entry] = read_records(store)
+    assert entry["accepted"] and entry["name"] == "reference" and entry["refusals"] == [] and entry["time_ms"] > 0
+
+
+def test_the_one_gpu_runs_settings_accept_the_reference_on_a_world_of_one():
+    """What ``--one-gpu`` runs, as far as a CPU can: its config (one rank, bf16, its gate and
+    tolerances) at the tiny shape, with gloo: FSDP over a world of one passes the gate, and the
+    communication rules, which need two ranks, do not refuse it."""
+    shape = {name: getattr(TINY_BF16, name) for name in ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size",
+                                                          "context_length")}
+    config = dataclasses.replace(ONE_GPU, name="one_gpu_on_cpu", time_limit_s=120.0, **shape)
+    assert (config.world_size, config.compute_dtype, CONFIGS["one_gpu"].trusted_fits) == (1, "bfloat16", True)
+    outcome = run(ENTRY, config)
+    assert outcome.accepted, f"the staff entry must be accepted on one rank; refused: {outcome.reasons}"
+    assert [len(t) for t in outcome.times_ms] == [config.rep_calls]
+
+
+def test_the_one_gpu_run_without_a_gpu_says_so_and_records_nothing(tmp_path, monkeypatch, capsys):
+    from tests.harness import gpus
+
+    monkeypatch.setattr(gpus, "count", lambda: 0)
+    store = tmp_path / "training_step_one_gpu.jsonl"
+    assert main(["run", str(ENTRY), "--one-gpu", "--name", "staff-1gpu", "--store", str(store)]) == 2
+    assert "needs 1 CUDA GPU(s); use --cpu on a CPU" in capsys.readouterr().err and not store.exists()
