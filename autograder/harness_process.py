@@ -18,17 +18,15 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from confine import frames, uid_pool
 from confine.children import describe_signal, kill_group
 from autograder.gpu_quiet import ENV_VAR as GPU_LOCK_ENV
 from autograder.hidden_tests.secret import SEED_ENV, course_secret
 from autograder.protocol import MAX_RECORD_BYTES, ForgedRecord, Verifier, new_key
+from autograder.suite_spec import SuiteSpec
 from tests.executor.cpu_clock import WALL_FACTOR
 
-if TYPE_CHECKING:
-    from autograder.runner import SuiteSpec
 
 PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 _FRAME_WAIT_S = 10.0  # a record frame that has started arriving must finish within this

@@ -22,68 +22,19 @@ grade's deadline, every remaining test is; so every test always gets a verdict i
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from autograder.gpu_quiet import WAIT_LIMIT_S as GPU_WAIT_LIMIT_S
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
-from autograder.test_pool import Pool
+from autograder.suite_spec import KIT, SuiteSpec, Verdict
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
 from tests.harness.gpu_marker import not_graded_message
 
-KIT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 300.0
-
-
-@dataclass
-class Verdict:
-    """The verdict on one test: status is "passed", "failed" or "not_graded" (needs GPUs this runner lacks)."""
-
-    nodeid: str
-    status: str
-    message: str = ""
-    text: str = ""
-    duration: float = 0.0
-    gpu: bool = False
-
-
-@dataclass
-class SuiteSpec:
-    """What to run: a suite's test files, and how."""
-
-    name: str
-    files: list[Path]
-    submission: Path
-    workdir: Path
-    private_dir: Path
-    problem_of: Callable[[str], str]
-    test_timeout_s: float
-    deadline: float
-    crash_streak_limit: int = 3
-    restart_limit: int = 25
-    keyword: str | None = None
-    select: list[str] | None = None
-    pool: Pool | None = None  # this chain's share of its suite's tests (autograder/test_pool.py); None: all
-    executor_uids: bool = False  # each test process's executor runs as its own leased uid (needs root)
-    executor_limits: dict[str, int | None] = field(default_factory=dict)
-    threads: int = 1
-    on_result: Callable[[str, Verdict], None] = lambda suite, outcome: None
-    on_note: Callable[[str, str], None] = lambda suite, note: None
-    on_collected: Callable[[str, list[str]], None] = lambda suite, alone: None  # suite, its alone_on_gpu tests
-    kit: Path = KIT
-    shard: int = 0
-    python: str = sys.executable
-    extra_env: dict[str, str] = field(default_factory=dict)
-    zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
-    gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
-    timeline: Path | None = None  # a file for each test's times (``timeline_line``), or None
-    replay_uid: int | None = None  # the grade's one replay user (None: each test process leases its own)
-    replay_cache: Path | None = None  # the Triton cache the grade's replays share (owned by ``replay_uid``)
 
 
 TIME_LIMIT_RAN_OUT = "the grading time limit ran out"  # in the message of every test the grade's limit cut off
