@@ -123,14 +123,65 @@ def staff_diagnostics(options: GradeOptions, lines: list[str], printer: Progress
 
 
 def grade(options: GradeOptions) -> GradeReport:
-    """Grade ``options.submission``; always returns (and writes, with ``out``) a complete results dict."""
+    """Grade ``options.submission``; always returns (and writes, with ``out``) a complete results dict.
+
+    The steps, each a function below: choose the problems, take the submission in, decide how it
+    is isolated, plan the chains of test processes, build their specs, run them, and report."""
     started = time.monotonic()
     if options.timeline is not None:
         append_timeline(options.timeline, "grade")  # the chains' events follow (autograder/runner.py)
     kit = options.kit.resolve()
     manifest = options.manifest or load_manifest()
     printer = Progress(options.verbose, options.quiet)
-    settings = manifest.settings
+    problems, complete = _chosen_problems(options, manifest)
+    notes: list[str] = []
+    gpu_probe = _probe_gpus(options)
+    private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
+    shared = Path(tempfile.mkdtemp(prefix="cs336-grade-shared-"))
+    replay_lease = None
+    runs: list[SuiteRun] = []
+    try:
+        shared.chmod(0o711)  # traversable by the executors, listable and readable by no one else
+        submission_dir = shared / "submission"
+        try:
+            intake = _take_in(options, kit, submission_dir, private, notes)
+        except SubmissionRejected as error:  # a corrupt zip, or one over the limits: no test runs
+            if gpu_probe is not None and not gpu_probe.result():
+                return _no_gpu(options, manifest, started)
+            return _rejected(options, manifest, problems, error, started)
+        isolation = _isolation(options, kit)
+        if isolation.refusal is not None:
+            return _refused(options, manifest, isolation.refusal, started)
+        workdir = _work_folder(shared)
+        # One replay user and one Triton cache for the grade's replays (tests/executor/replay.py): a
+        # kernel the replays compiled once is not compiled again by another chain's replay.
+        replay_lease = uid_pool.lease(start=os.getpid() + 4096) if isolation.isolated else None
+        plan = _plan(options, kit, manifest, problems, notes, printer, started)
+        printer.say(f"grade: {options.submission} ({intake.summary().splitlines()[0]})")
+        alone_note = ", each test marked alone_on_gpu alone on the GPU" if plan.on_gpu else ""
+        printer.say(f"grade: {len(plan.chains)} test process chain(s), {plan.at_once} at a time{alone_note}; "
+                    f"per-test limit {plan.test_timeout:.0f} s, {plan.time_limit:.0f} s in all; "
+                    + (f"the submission runs as {isolation.user}" if isolation.user
+                       else "the submission runs as this user (--same-user)"))
+        specs = _suite_specs(options, manifest, plan, isolation, submission_dir, workdir, private, printer,
+                             replay_lease.uid if replay_lease else None)
+        if gpu_probe is not None and not gpu_probe.result():
+            return _no_gpu(options, manifest, started)
+        runs = _run(specs, plan, private, printer)
+        staff_diagnostics(options, [chain_times(plan.chains, specs, runs), file_test_times(runs)], printer)
+    finally:
+        if replay_lease is not None:
+            replay_lease.release()  # kills every replay process and removes the user's files
+        shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
+    if options.timeline is not None:
+        append_timeline(options.timeline, "graded")
+    return _report(options, manifest, problems, complete, runs, intake, notes, plan, started, isolation.user)
+
+
+def _chosen_problems(options: GradeOptions, manifest: Manifest) -> tuple[list, bool]:
+    """The problems this grade covers (``--problems``, narrowed by ``--tests``), and whether it is
+    complete (every problem, both suites, no keyword): only a complete grade fails an unrun test."""
     if options.problems:
         unknown = sorted(set(options.problems) - set(manifest.by_name))
         if unknown:
@@ -145,145 +196,191 @@ def grade(options: GradeOptions) -> GradeReport:
         problems = [p for p in problems if p in chosen]
     complete = (not options.problems and not options.keyword and not options.tests
                 and set(options.suites) == set(SUITE_DIRS))
-    notes: list[str] = []
+    return problems, complete
 
-    # Asked of a fresh interpreter: the grader itself never imports torch or initialises CUDA
-    # (tests/harness/gpus.py). It imports torch while the grade copies the submission and starts its zygote.
-    gpu_probe = None
-    if options.require_gpu:
-        probing = ThreadPoolExecutor(1)
-        gpu_probe = probing.submit(gpus.probe_count)
-        probing.shutdown(wait=False)  # its thread ends with the probe
 
-    private = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
-    shared = Path(tempfile.mkdtemp(prefix="cs336-grade-shared-"))
-    replay_lease = None
+def _probe_gpus(options: GradeOptions):
+    """With ``--require-gpu``, a future of the GPU count, asked of a fresh interpreter: the grader
+    itself never imports torch or initialises CUDA (tests/harness/gpus.py). It imports torch while
+    the grade copies the submission and starts its zygote. None without the flag."""
+    if not options.require_gpu:
+        return None
+    probing = ThreadPoolExecutor(1)
+    gpu_probe = probing.submit(gpus.probe_count)
+    probing.shutdown(wait=False)  # its thread ends with the probe
+    return gpu_probe
+
+
+def _take_in(options: GradeOptions, kit: Path, submission_dir: Path, private: Path, notes: list[str]) -> IntakeReport:
+    """Copy the submission's files into ``submission_dir`` (only the harness reads it); a missing
+    submission is graded as an empty one, with a note. Raises SubmissionRejected for a corrupt zip."""
     try:
-        shared.chmod(0o711)  # traversable by the executors, listable and readable by no one else
-        submission_dir = shared / "submission"
-        try:
-            intake = copy_submission(options.submission, submission_dir, link_roots=kit_link_roots(kit))
-        except SubmissionRejected as error:  # a corrupt zip, or one over the limits: no test runs
-            if gpu_probe is not None and not gpu_probe.result():
-                return _no_gpu(options, manifest, started)
-            return _rejected(options, manifest, problems, error, started)
-        except SubmissionNotFound as error:
-            notes.append(f"no submission found: {error}")
-            shutil.rmtree(submission_dir, ignore_errors=True)
-            intake = copy_submission(private / "empty-upload", submission_dir)
-        submission_dir.chmod(0o700)  # only the harness (root) reads it; each executor gets a copy of its own
-        isolated = os.geteuid() == 0
-        user = "its own unprivileged user id (one per test process)" if isolated else None
-        python, python_env = sys.executable, {}
-        refusal = None
-        if not isolated and not options.same_user:
-            refusal = ("the grader is not running as root, so it cannot run the submission as an unprivileged user "
-                       "apart from the tests; run it as root (sudo), or pass --same-user to grade code you trust "
-                       "(such as the reference) as yourself")
-        elif isolated:
-            with uid_pool.leased() as probe:
-                found, python_env, why = executor_python(probe.uid, probe.gid, kit)
-            refusal = None if found else f"the submission cannot be isolated: {why}"
-            python = found or python
-            protect_staff_files(kit)
-        if refusal is not None:
-            print(f"grade: ERROR: {refusal}", file=sys.stderr, flush=True)
-            results = results_json([], manifest, execution_time=time.monotonic() - started,
-                                   output=f"The grader could not run: {refusal}.")
-            path = options.out / "results.json" if options.out else None
-            if path:
-                write_results(path, results)
-            return GradeReport(results, refusal, seconds=time.monotonic() - started, results_path=path, exit_code=2)
-        workdir = shared / "work"
-        for sub in ("", "home", "tmp", "cache"):
-            (workdir / sub).mkdir(parents=True, exist_ok=True)
-            (workdir / sub).chmod(0o711 if sub == "" else 0o700)
-        # One replay user and one Triton cache for the grade's replays (tests/executor/replay.py): a
-        # kernel the replays compiled once is not compiled again by another chain's replay.
-        replay_lease = uid_pool.lease(start=os.getpid() + 4096) if isolated else None
-        files, unmapped = _test_files(kit, manifest, options.suites, problems)
-        if options.tests:
-            wanted_files = {nodeid.split("::", 1)[0] for nodeid in options.tests}
-            files = {suite: [p for p in paths if p.relative_to(kit).as_posix() in wanted_files]
-                     for suite, paths in files.items()}
-        if unmapped:
-            notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
-        cpus = usable_cpus()
-        jobs = options.jobs or default_jobs()
-        if jobs > cpus:  # more chains than CPUs: each test's time would depend on how many others run
-            notes.append(f"--jobs {jobs} was lowered to {cpus}, the CPUs this grade may use")
-            printer.say(f"grade: --jobs {jobs} is more than the {cpus} CPU(s) this grade may use; running {cpus} at a time")
-            jobs = cpus
-        try:
-            durations = load_durations()
-        except DurationsError as error:  # a broken timing table must not stop a grade
-            printer.say(f"grade: estimating test files by size: {error}")
-            durations = {}
-        on_gpu = gpus.driver_present()
-        chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
-        at_once = min(jobs, max(1, len(chains)))
-        test_timeout = options.test_timeout_s or settings.test_timeout_s
-        time_limit = options.total_timeout_s or manifest.time_limit_s([p.name for p in problems], on_gpu)
-        deadline = started + time_limit
-        printer.say(f"grade: {options.submission} ({intake.summary().splitlines()[0]})")
-        alone_note = ", each test marked alone_on_gpu alone on the GPU" if on_gpu else ""
-        printer.say(f"grade: {len(chains)} test process chain(s), {at_once} at a time{alone_note}; "
-                    f"per-test limit {test_timeout:.0f} s, {time_limit:.0f} s in all; "
-                    + (f"the submission runs as {user}" if user else "the submission runs as this user (--same-user)"))
+        intake = copy_submission(options.submission, submission_dir, link_roots=kit_link_roots(kit))
+    except SubmissionNotFound as error:
+        notes.append(f"no submission found: {error}")
+        shutil.rmtree(submission_dir, ignore_errors=True)
+        empty = private / "empty-upload"
+        empty.mkdir(exist_ok=True)
+        intake = copy_submission(empty, submission_dir)
+    submission_dir.chmod(0o700)  # only the harness (root) reads it; each executor gets a copy of its own
+    return intake
 
-        def problem_of(nodeid: str) -> str:
-            problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
-            return problem.name if problem else "?"
 
-        runs: list[SuiteRun] = []
-        threads_each = max(1, cpus // at_once)
-        specs = [
-            SuiteSpec(
-                name=chain.suite, files=chain.files, submission=submission_dir, workdir=workdir,
-                private_dir=private, problem_of=problem_of, test_timeout_s=test_timeout, deadline=deadline,
-                crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
-                keyword=options.keyword, select=options.tests, executor_uids=isolated,
-                executor_limits=executor_limits(),
-                threads=threads_each, on_result=printer.result, python=python, extra_env=python_env,
-                on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
-                shard=chain.index, gpu_lock=private / "gpu-quiet" if on_gpu else None, timeline=options.timeline,
-                pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
-                          {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
-                replay_uid=replay_lease.uid if replay_lease else None, replay_cache=workdir / "replay-cache",
-            )
-            for chain in chains
-        ]
-        for suite in {chain.suite for chain in chains}:
-            (private / f"claims-{suite}").mkdir(mode=0o700)
-        zygote = zygote_for(python, kit, threads_each, python_env) if options.zygote and specs else None
+@dataclass
+class Isolation:
+    """How the submission runs: as root, each executor under its own leased uid (``isolated``),
+    with the Python that uid can read; else as this user, only with ``--same-user``. ``refusal``
+    says why the grade cannot run at all (None: it can)."""
+
+    isolated: bool
+    user: str | None = None
+    python: str = sys.executable
+    python_env: dict[str, str] = field(default_factory=dict)
+    refusal: str | None = None
+
+
+def _isolation(options: GradeOptions, kit: Path) -> Isolation:
+    """Decide how the submission is kept apart from the grader (GradeOptions.same_user, root)."""
+    isolated = os.geteuid() == 0
+    if not isolated:
+        if options.same_user:
+            return Isolation(False)
+        return Isolation(False, refusal=(
+            "the grader is not running as root, so it cannot run the submission as an unprivileged user apart from "
+            "the tests; run it as root (sudo), or pass --same-user to grade code you trust (such as the reference) "
+            "as yourself"))
+    with uid_pool.leased() as probe:
+        found, python_env, why = executor_python(probe.uid, probe.gid, kit)
+    refusal = None if found else f"the submission cannot be isolated: {why}"
+    protect_staff_files(kit)
+    return Isolation(True, "its own unprivileged user id (one per test process)", found or sys.executable,
+                     python_env, refusal)
+
+
+def _refused(options: GradeOptions, manifest: Manifest, refusal: str, started: float) -> GradeReport:
+    """The grade that could not run (exit status 2): results.json says why."""
+    print(f"grade: ERROR: {refusal}", file=sys.stderr, flush=True)
+    results = results_json([], manifest, execution_time=time.monotonic() - started,
+                           output=f"The grader could not run: {refusal}.")
+    path = options.out / "results.json" if options.out else None
+    if path:
+        write_results(path, results)
+    return GradeReport(results, refusal, seconds=time.monotonic() - started, results_path=path, exit_code=2)
+
+
+def _work_folder(shared: Path) -> Path:
+    """The executors' shared work folder: traversable by them, its home, tmp and cache private."""
+    workdir = shared / "work"
+    for sub in ("", "home", "tmp", "cache"):
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+        (workdir / sub).chmod(0o711 if sub == "" else 0o700)
+    return workdir
+
+
+@dataclass
+class Plan:
+    """The grade's chains of test processes and its limits (``_plan``)."""
+
+    chains: list
+    jobs: int
+    at_once: int
+    threads_each: int
+    test_timeout: float
+    time_limit: float
+    deadline: float
+    on_gpu: bool
+
+
+def _plan(options: GradeOptions, kit: Path, manifest: Manifest, problems, notes: list[str], printer: Progress,
+          started: float) -> Plan:
+    """Pack the chosen test files into chains (autograder/schedule.py), no more at once than the
+    grade's CPUs, with the per-test and total time limits."""
+    files, unmapped = _test_files(kit, manifest, options.suites, problems)
+    if options.tests:
+        wanted_files = {nodeid.split("::", 1)[0] for nodeid in options.tests}
+        files = {suite: [p for p in paths if p.relative_to(kit).as_posix() in wanted_files]
+                 for suite, paths in files.items()}
+    if unmapped:
+        notes.append("test files that match no problem of the manifest (not graded): " + ", ".join(unmapped))
+    cpus = usable_cpus()
+    jobs = options.jobs or default_jobs()
+    if jobs > cpus:  # more chains than CPUs: each test's time would depend on how many others run
+        notes.append(f"--jobs {jobs} was lowered to {cpus}, the CPUs this grade may use")
+        printer.say(f"grade: --jobs {jobs} is more than the {cpus} CPU(s) this grade may use; running {cpus} at a time")
+        jobs = cpus
+    try:
+        durations = load_durations()
+    except DurationsError as error:  # a broken timing table must not stop a grade
+        printer.say(f"grade: estimating test files by size: {error}")
+        durations = {}
+    on_gpu = gpus.driver_present()
+    chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
+    at_once = min(jobs, max(1, len(chains)))
+    time_limit = options.total_timeout_s or manifest.time_limit_s([p.name for p in problems], on_gpu)
+    return Plan(chains, jobs, at_once, max(1, cpus // at_once),
+                options.test_timeout_s or manifest.settings.test_timeout_s, time_limit, started + time_limit, on_gpu)
+
+
+def _suite_specs(options: GradeOptions, manifest: Manifest, plan: Plan, isolation: Isolation, submission_dir: Path,
+                 workdir: Path, private: Path, printer: Progress, replay_uid: int | None) -> list[SuiteSpec]:
+    """One SuiteSpec per chain, with its share of its suite's tests (autograder/test_pool.py) and
+    the grade's zygote to fork its test processes from."""
+    settings = manifest.settings
+    kit = options.kit.resolve()
+
+    def problem_of(nodeid: str) -> str:
+        problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+        return problem.name if problem else "?"
+
+    specs = [
+        SuiteSpec(
+            name=chain.suite, files=chain.files, submission=submission_dir, workdir=workdir,
+            private_dir=private, problem_of=problem_of, test_timeout_s=plan.test_timeout, deadline=plan.deadline,
+            crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
+            keyword=options.keyword, select=options.tests, executor_uids=isolation.isolated,
+            executor_limits=executor_limits(),
+            threads=plan.threads_each, on_result=printer.result, python=isolation.python,
+            extra_env=isolation.python_env,
+            on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
+            shard=chain.index, gpu_lock=private / "gpu-quiet" if plan.on_gpu else None, timeline=options.timeline,
+            pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
+                      {path.relative_to(kit).as_posix(): seconds for path, seconds in chain.weights.items()}),
+            replay_uid=replay_uid, replay_cache=workdir / "replay-cache",
+        )
+        for chain in plan.chains
+    ]
+    for suite in {chain.suite for chain in plan.chains}:
+        (private / f"claims-{suite}").mkdir(mode=0o700)
+    zygote = (zygote_for(isolation.python, kit, plan.threads_each, isolation.python_env)
+              if options.zygote and specs else None)
+    for spec in specs:
+        spec.zygote = zygote
+    return specs
+
+
+def _run(specs: list[SuiteSpec], plan: Plan, private: Path, printer: Progress) -> list[SuiteRun]:
+    """Run the chains, ``plan.jobs`` at a time. On a GPU, the tests marked alone_on_gpu run first,
+    while every other test waits (gpu_quiet.py)."""
+    opening = Opening(private / "gpu-quiet", {spec.name for spec in specs[:plan.jobs]}) if plan.on_gpu else None
+    if opening is not None:
+        def report(suite: str, outcome) -> None:
+            printer.result(suite, outcome)
+            opening.settled(outcome.nodeid)
+
         for spec in specs:
-            spec.zygote = zygote
-        if gpu_probe is not None and not gpu_probe.result():
-            return _no_gpu(options, manifest, started)
-        # On a GPU, the tests marked alone_on_gpu run first, while every other test waits (gpu_quiet.py).
-        opening = Opening(private / "gpu-quiet", {spec.name for spec in specs[:jobs]}) if on_gpu else None
-        if opening is not None:
-            def report(suite: str, outcome) -> None:
-                printer.result(suite, outcome)
-                opening.settled(outcome.nodeid)
-
-            for spec in specs:
-                spec.on_collected, spec.on_result = opening.collected, report
-        try:
-            runs = run_chains(specs, jobs, on_chain_end=opening.chain_ended if opening else lambda suite: None)
-        finally:
-            if opening is not None:
-                opening.release()
-        printer.flush_all()
-        staff_diagnostics(options, [chain_times(chains, specs, runs), file_test_times(runs)], printer)
+            spec.on_collected, spec.on_result = opening.collected, report
+    try:
+        runs = run_chains(specs, plan.jobs, on_chain_end=opening.chain_ended if opening else lambda suite: None)
     finally:
-        if replay_lease is not None:
-            replay_lease.release()  # kills every replay process and removes the user's files
-        shutil.rmtree(private, ignore_errors=True)
-        shutil.rmtree(shared, ignore_errors=True)
+        if opening is not None:
+            opening.release()
+    printer.flush_all()
+    return runs
 
-    if options.timeline is not None:
-        append_timeline(options.timeline, "graded")
+
+def _report(options: GradeOptions, manifest: Manifest, problems, complete: bool, runs: list[SuiteRun],
+            intake: IntakeReport, notes: list[str], plan: Plan, started: float, user: str | None) -> GradeReport:
+    """Share the points (autograder/scoring.py), write results.json and print the table."""
     merged = merge(runs)
     tests = collect_tests(manifest, merged, problems, complete)
     table = format_table(tests, problems)
@@ -299,8 +396,8 @@ def grade(options: GradeOptions) -> GradeReport:
     lines += notes
     cut = sum(TIME_LIMIT_RAN_OUT in verdict.message for run in merged for verdict in run.outcomes.values())
     if cut:
-        lines.append(f"{cut} test(s) failed because this grade's time limit of {time_limit:.0f} s ran out "
-                     f"({_limit_source(options, manifest, problems, on_gpu)}); the rest of the grade stands. "
+        lines.append(f"{cut} test(s) failed because this grade's time limit of {plan.time_limit:.0f} s ran out "
+                     f"({_limit_source(options, manifest, problems, plan.on_gpu)}); the rest of the grade stands. "
                      "Staff can regrade with a longer one: python -m autograder grade --timeout SECONDS.")
     slowest = slowest_line(merged, manifest)  # no hidden test named: students see it before publication
     if slowest:

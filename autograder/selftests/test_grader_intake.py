@@ -136,3 +136,19 @@ def test_require_gpu_fails_loudly_without_one(tmp_path, capsys):
 
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert problems_with(results) == [] and "require-gpu" in results["output"]
+
+
+def test_a_missing_submission_is_graded_as_empty_and_says_so(tmp_path):
+    """A path that holds no submission (a typo, an upload that never came) still gets a complete
+    results.json: every chosen problem at 0, and the output says no submission was found."""
+    import json
+
+    from autograder.__main__ import main
+
+    missing = tmp_path / "no-such-folder"
+    status = main(["grade", str(missing), "--out", str(tmp_path / "out"), "--same-user", "-q",
+                   "--problems", "mixed_precision_accumulation", "--suites", "visible"])
+    assert status == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["score"] == 0
+    assert f"no submission found: {missing}" in results["output"]
