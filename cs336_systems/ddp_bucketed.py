@@ -61,6 +61,7 @@ class DDPBucketed(torch.nn.Module):
         raise not_implemented(__file__, "DDPBucketed.__init__", _SECTION)
 
     def forward(self, *inputs, **kwargs):
+        """The wrapped module's forward, every positional and keyword argument passed on (``ddp(x=batch)`` is ``module(x=batch)``)."""
         raise not_implemented(__file__, "DDPBucketed.forward", _SECTION)
 
     def on_train_batch_start(self) -> None:

@@ -61,6 +61,7 @@ class DDPIndividualParameters(torch.nn.Module):
         raise not_implemented(__file__, "DDPIndividualParameters.__init__", _SECTION)
 
     def forward(self, *inputs, **kwargs):
+        """The wrapped module's forward, every positional and keyword argument passed on (``ddp(x=batch)`` is ``module(x=batch)``)."""
         raise not_implemented(__file__, "DDPIndividualParameters.forward", _SECTION)
 
     def finish_gradient_synchronization(self) -> None:

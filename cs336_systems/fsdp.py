@@ -80,6 +80,7 @@ class FSDP(torch.nn.Module):
         raise not_implemented(__file__, "FSDP.__init__", _SECTION)
 
     def forward(self, *inputs, **kwargs):
+        """The wrapped module's forward, every positional and keyword argument passed on (``fsdp(tokens=batch)`` is ``module(tokens=batch)``)."""
         raise not_implemented(__file__, "FSDP.forward", _SECTION)
 
     def finish_gradient_synchronization(self) -> None:

@@ -4,8 +4,9 @@ Staff only (part of the kit's self-check). Each mutant of
 ``fixtures.mutants.DISTRIBUTED_MUTANTS`` is a copy of reference/ with one
 realistic mistake (a missing division, no broadcast, an all-reduce at the end instead of
 overlapped, a bucket boundary off by one, an optimizer that never broadcasts, FSDP master
-weights in 16 bits, ...). Each runs its ``caught_by`` hidden tests in its own pytest process,
-two at a time (fixtures/mutants/run_jobs.py, forked from a warm parent on a CPU),
+weights in 16 bits, ...). Each runs its ``caught_by`` tests (hidden ones, or a graded visible
+one) in its own pytest process, two at a time (fixtures/mutants/run_jobs.py, forked from a warm
+parent on a CPU),
 and every one of those tests must fail. That the reference passes them is
 test_submission_contract.py's job. ``CS336_MUTANTS=name,name`` runs only those mutants (as in
 test_mutant_catalog.py); names of FlashAttention-2 mutants are ignored here.
@@ -45,7 +46,7 @@ def runs(tmp_path_factory) -> dict[str, dict[str, str]]:
     command = [sys.executable, "-m", "fixtures.mutants.run_jobs", str(root / "jobs.json"),
                "--workers", "2"] + ([] if gpus.count() else ["--fork"])
     env = {k: v for k, v in os.environ.items() if k != "CS336_SUBMISSION"}
-    done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, cwd=KIT, env=env, capture_output=True, text=True, timeout=2400)
     assert done.returncode == 0, f"a pytest job crashed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return {job["name"]: _outcomes(Path(job["report"]), Path(job["log"])) for job in jobs}
 

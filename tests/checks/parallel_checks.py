@@ -544,24 +544,32 @@ FSDP_TOLERANCE = {None: FP32_TOLERANCE, torch.float16: {"atol": 2e-3, "rtol": 2e
 
 def run_fsdp(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD", lr: float = 0.1,
              compute_dtype: torch.dtype | None = None, seed: int = 0, rows: int = 6,
-             backend: str = "gloo") -> list[dict]:
+             backend: str = "gloo", keyword_input: bool = False) -> list[dict]:
     """Train ``model`` with FSDP on ``world_size`` ranks and check it against one process.
 
-    Checks: each Linear/Embedding weight is held as a float32 shard of at most a 1/world_size
-    share (rounded up to whole rows), other parameters whole; gradients after the first sync
-    are float32 and shaped like their parameters; the full parameters after every step are
-    float32 (as returned, not cast by the probe) and equal the whole-batch run's (with the same
-    casts to ``compute_dtype``). Returns the ranks' results.
+    ``keyword_input``: the wrapper is called with the input as a keyword argument
+    (``fsdp(tokens=inputs)``), which its forward must pass on to the module as any ``nn.Module``
+    call does.
+
+    Checks: every asynchronous collective a step launched (a prefetched gather, a replicated
+    parameter's all-reduce) was waited on before that step's synchronisation returned (from the
+    log, as ``assert_every_handle_waited``); each Linear/Embedding weight is held as a float32
+    shard of at most a 1/world_size share (rounded up to whole rows), other parameters whole;
+    gradients after the first sync are float32 and shaped like their parameters; the full
+    parameters after every step are float32 (as returned, not cast by the probe) and equal the
+    whole-batch run's (with the same casts to ``compute_dtype``). Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
     inputs, targets = batch(model, rows, seed + 1)
     settings = dict(model=model, init_state=init, inputs=inputs, targets=targets, steps=steps, optimizer=optimizer,
-                    lr=lr, compute_dtype=compute_dtype)
+                    lr=lr, compute_dtype=compute_dtype, keyword_input=keyword_input)
     context = (f"FSDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
-               f"{optimizer}(lr={lr}), compute_dtype={compute_dtype}")
+               f"{optimizer}(lr={lr}), compute_dtype={compute_dtype}"
+               + (", called with the input as a keyword argument (fsdp(tokens=inputs))" if keyword_input else ""))
     context += f", {backend}"
     ranks = ranks_of(run_probe(adapters, "fsdp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S,
                                backend=backend), context)
+    assert_every_handle_waited(ranks, steps, context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr,
                             compute_dtype=compute_dtype)
     full_model = reference.build(model)

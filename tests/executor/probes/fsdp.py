@@ -17,6 +17,7 @@ shows 0 bytes; one kept shows its size.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import weakref
 
@@ -33,8 +34,13 @@ def describe_parameters(module: torch.nn.Module) -> dict[str, list]:
 
 def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str, init_state: dict,
                inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str, lr: float,
-               compute_dtype: torch.dtype | None = None) -> dict:
-    """One rank's run (a job of ``parallel_launch``)."""
+               compute_dtype: torch.dtype | None = None, keyword_input: bool = False) -> dict:
+    """One rank's run (a job of ``parallel_launch``).
+
+    ``keyword_input``: the wrapper is called with the input as a keyword argument named as the
+    model's forward names it (``fsdp(tokens=inputs)`` for ``fsdp_chain``, ``fsdp(token_ids=...)``
+    for the LM), as any ``nn.Module`` may be called.
+    """
     import cs336_systems.model  # noqa: F401  the submission's provided model (loaded by parallel_launch)
 
     net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES),
@@ -44,6 +50,7 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
     per_rank = inputs.shape[0] // world_size
     x = inputs[rank * per_rank:(rank + 1) * per_rank].to(device)
     y = targets[rank * per_rank:(rank + 1) * per_rank].to(device)
+    input_name = next(iter(inspect.signature(net.forward).parameters))
     fsdp = adapters.get_fsdp(net, compute_dtype=compute_dtype)
     record("wrapped")
     shards = describe_parameters(fsdp.module)
@@ -63,7 +70,7 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(note, lambda tensor: tensor):
-            loss = models.loss_of(model, fsdp(x), y)
+            loss = models.loss_of(model, fsdp(**{input_name: x}) if keyword_input else fsdp(x), y)
         for ref in saved:
             tensor = ref()
             if tensor is not None:
