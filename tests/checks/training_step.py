@@ -28,6 +28,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
+from tests.checks.parallel_checks import ranks_of
 from tests.executor.probes import run_probe
 from tests.executor.probes.training_step import build_model, global_batch
 
@@ -201,18 +202,10 @@ def judge(ranks: list[dict], truth: dict, config: dict) -> list[str]:
 
 
 def ranks_of_run(result: dict, config: dict) -> list[dict]:
-    """The ranks' results of one run; NotImplementedError for a stub, AssertionError for a crash or a hang."""
+    """The ranks' results of one run; NotImplementedError for a stub, AssertionError for a crash or
+    a hang (``parallel_checks.ranks_of``, under this run's time limit)."""
     where = f"the training step on {config['world_size']} ranks ({config['name']} config, gloo)"
-    if result["timed_out"]:
-        raise AssertionError(f"{where}: the ranks did not finish within {config['time_limit_s']:.0f} s (a hang: a "
-                             "rank waits in a collective that another rank never calls)")
-    for rank, (kind, message) in sorted(result.get("error_types", {}).items()):
-        if kind == "NotImplementedError":  # a stub: say which one, as a call in one process would
-            raise NotImplementedError(f"{message} (raised on rank {rank} of {where})")
-    if result["errors"]:
-        rank, text = sorted(result["errors"].items())[0]
-        raise AssertionError(f"{where}: rank {rank} failed:\n{text}")
-    return result["ranks"]
+    return ranks_of({"timeout_s": config["time_limit_s"], **result}, where)
 
 
 def run_and_judge(adapters, config: StepConfig = TINY) -> list[str]:
