@@ -147,3 +147,15 @@ def test_a_crash_of_the_submissions_process_is_not_a_refusal():
 def test_a_real_refusal_gets_the_advice():
     error = _reported(_stand_in("RuntimeError", "Pointer argument cannot be accessed from Triton (cpu tensor?)", ""))
     assert "refused CPU tensors" in str(error), str(error)
+
+
+def test_an_error_of_the_kits_own_code_is_not_a_refusal():
+    """An error raised in the kit's tests/ (the harness's own code, here one that names CUDA) is
+    not the submission refusing CPU tensors: no advice to the student about their asserts."""
+    from tests.checks.flash_cases import explain_device_refusal
+
+    kit_file = str(KIT / "tests" / "checks" / "flash_cases.py")  # where the harness's code lives
+    try:
+        exec(compile("raise RuntimeError('CUDA error: out of memory in the harness')", kit_file, "exec"))
+    except RuntimeError as error:
+        explain_device_refusal(error, "cpu", "FlashAttentionTriton.apply", triton=True)  # returns: no advice
