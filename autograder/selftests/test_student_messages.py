@@ -14,7 +14,8 @@ failure the student sees must have:
 and the console shows no line over 300 characters, nor the staff's timing lines (those go to
 ``--out``/grade.log). Then, without a grade: the "refused CPU tensors" advice is given for real
 refusals only, never for a crash of the submission's process or an error that merely mentions
-``device`` in its traceback.
+``device`` in its traceback, nor for an error of the kit's own code; and an error the submission
+raises comes back with its own frames (``cs336_systems/...``), without the executor's or a path.
 """
 
 from __future__ import annotations
@@ -159,3 +160,44 @@ def test_an_error_of_the_kits_own_code_is_not_a_refusal():
         exec(compile("raise RuntimeError('CUDA error: out of memory in the harness')", kit_file, "exec"))
     except RuntimeError as error:
         explain_device_refusal(error, "cpu", "FlashAttentionTriton.apply", triton=True)  # returns: no advice
+
+
+# -- the submission's own traceback -----------------------------------------------------------
+
+
+def test_an_error_of_the_submission_shows_its_frames_without_the_executors_or_a_path(tmp_path):
+    """A submission whose forward raises (a TypeError from torch.zeros, as real submissions did):
+    the traceback that comes back from its process shows the submission's own frame, relative to
+    the submission (``cs336_systems/...``), and neither the executor's plumbing (its server.py)
+    nor any absolute path of the grading machine (the executor's copy, Python's packages)."""
+    import shutil
+
+    import torch
+
+    from tests.checks.flash_cases import FlashCase, check_forward
+    from tests.executor.client import Executor
+    from tests.executor.process import ExecutorSettings
+    from tests.executor.proxies import RemoteAdapters
+
+    submission = tmp_path / "submission"
+    shutil.copytree(KIT / "reference" / "cs336_systems", submission / "cs336_systems", symlinks=False)
+    shutil.copy(KIT / "reference" / "adapters.py", submission / "adapters.py")
+    source = submission / "cs336_systems" / "flash_attention_pytorch.py"
+    text = source.read_text()
+    body = re.search(r"\n    def forward\(.*?\):\n(\s+\"\"\"[\s\S]*?\"\"\"\n)?", text)
+    assert body, "the reference's PyTorch Function has no forward to break"
+    source.write_text(text[:body.end()] + "        torch.zeros(Q.shape, Q.dtype, 3)\n" + text[body.end():])
+    executor = Executor(ExecutorSettings(submission=submission, workdir=tmp_path / "work", test_timeout_s=120.0))
+    case = FlashCase(batch=1, n_queries=8, n_keys=8, d=16, dtype=torch.float32, is_causal=False, device="cpu")
+    try:
+        executor.begin_test()
+        function = RemoteAdapters(executor).get_flashattention_autograd_function_pytorch()
+        with pytest.raises(TypeError) as caught:
+            check_forward(function, case, "pytorch")
+    finally:
+        executor.stop()
+    shown = "\n".join(getattr(caught.value, "__notes__", ()))
+    assert re.search(r'File "cs336_systems/flash_attention_pytorch\.py", line \d+, in forward', shown), shown
+    assert "torch.zeros(Q.shape, Q.dtype, 3)" in shown, shown
+    assert "server.py" not in shown and "cs336_executor" not in shown, shown
+    assert not ABSOLUTE_PATH.search(shown), ABSOLUTE_PATH.search(shown).group(0)
