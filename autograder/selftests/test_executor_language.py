@@ -38,6 +38,16 @@ ADAPTERS = textwrap.dedent('''
         return o
 
 
+    def maximum_outside_a_kernel():
+        """tl.maximum called outside any kernel: Triton refuses it (no jit function around it)."""
+        return torch.zeros(tl.maximum(3, 4)).numel()
+
+
+    def cdiv_outside_a_kernel():
+        """tl.cdiv (a jit function of Triton's) called outside any kernel: the interpreter runs it."""
+        return torch.zeros(tl.cdiv(10, 4)).numel()
+
+
     def language_patched_by_the_interpreter():
         """The names of triton.language.core whose value the interpreter made (none after an import)."""
         import triton.language.core as core
@@ -75,6 +85,39 @@ def test_a_request_after_a_device_function_call_finds_the_language_as_imported(t
         assert torch.equal(adapters.run_kernel(x), x)  # the launch succeeds
         left = adapters.language_patched_by_the_interpreter()
         assert left == [], f"the next request ran on a language the kernel left patched: {len(left)} names, {left[:5]}"
+    finally:
+        executor.stop()
+
+
+def _outcome(call) -> str:
+    try:
+        return f"returned {call()!r}"
+    except Exception as error:  # noqa: BLE001  the outcome is what is compared
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+
+
+def test_what_the_submissions_code_does_outside_a_kernel_does_not_depend_on_earlier_kernels(tmp_path, monkeypatch):
+    """The same call, before and after other requests ran Triton code: the same outcome, Triton's
+    refusal of a language function outside a kernel (after the interpreter had left its patches
+    from these requests, the call returned 4 instead)."""
+    import torch
+
+    from tests.executor.client import Executor
+    from tests.executor.process import ExecutorSettings
+    from tests.executor.proxies import RemoteAdapters
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    executor = Executor(ExecutorSettings(submission=_submission(tmp_path / "submission"), workdir=tmp_path / "work",
+                                         test_timeout_s=120.0))
+    try:
+        executor.begin_test()
+        adapters = RemoteAdapters(executor)
+        assert adapters.cdiv_outside_a_kernel() == 3
+        first = _outcome(adapters.maximum_outside_a_kernel)
+        assert first.startswith("ValueError"), first
+        assert adapters.cdiv_outside_a_kernel() == 3
+        adapters.run_kernel(torch.arange(8, dtype=torch.float32))
+        assert _outcome(adapters.maximum_outside_a_kernel) == first
     finally:
         executor.stop()
 

@@ -14,8 +14,12 @@ test's verdict or message could depend on which tests ran before it in the same 
 failing launch can leave more behind. A grade must not depend on order, so between requests every
 attribute of the language's modules and classes that differs from the snapshot is set back.
 
-Names the interpreter adds (its own globals, copied into the module of each function it rewrites)
-are left: the rewritten functions it caches look them up when they run again.
+What a launch adds to the language's classes goes too (``tensor.__index__`` and ``__bool__``:
+with them an interpreted tensor passes for an int outside a kernel, so ``torch.zeros(n)`` with
+an ``n`` from ``tl.cdiv`` worked after some earlier test's kernel and failed before it). Names
+added to a module stay: they are the interpreter's globals, copied into the module of each
+function it rewrites, and the rewritten functions it caches look them up when they run again.
+A module bound as an attribute (a package's submodule) is left as the import system set it.
 """
 
 from __future__ import annotations
@@ -43,32 +47,43 @@ def _namespaces() -> dict[str, object]:
 class LanguageSnapshot:
     """The attributes of ``triton.language``'s modules and classes at the moment of construction.
 
-    ``restore()`` sets back each of those attributes whose value has changed since and returns the
-    names it set back (``"triton.language.core.full"``, ...), so that the next request sees the
-    language as it was here. Raises ImportError when Triton is not installed."""
+    ``restore()`` sets back each of those attributes whose value has changed since, removes what
+    was added to those classes, and returns the names it set back (``"triton.language.core.full"``,
+    ...), so that the next request sees the language as it was here (see the module docstring for
+    what it leaves). Raises ImportError when Triton is not installed."""
 
     def __init__(self) -> None:
         import triton.language  # noqa: F401  the modules a snapshot covers
 
         self._saved = {name: (space, dict(vars(space))) for name, space in _namespaces().items()}
 
+    def _differences(self):
+        """(namespace, its name, attribute, the snapshot's value or _MISSING) for each attribute
+        that differs from the snapshot: changed, gone, or added to a class."""
+        for name, (space, saved) in self._saved.items():
+            current = dict(vars(space))
+            added = [key for key in current if key not in saved] if inspect.isclass(space) else []
+            for key in [*saved, *added]:
+                value, now = saved.get(key, _MISSING), current.get(key, _MISSING)
+                if key in _LEFT_ALONE or now is value or inspect.ismodule(now) or inspect.ismodule(value):
+                    continue
+                yield space, name, key, value
+
     def changed(self) -> list[str]:
-        """The attributes whose value differs from the snapshot's (the ones ``restore`` sets back)."""
-        return [f"{name}.{key}" for name, (space, saved) in self._saved.items() for key, value in saved.items()
-                if key not in _LEFT_ALONE and vars(space).get(key, _MISSING) is not value]
+        """The attributes that differ from the snapshot (the ones ``restore`` sets back)."""
+        return [f"{name}.{key}" for _, name, key, _ in self._differences()]
 
     def restore(self) -> list[str]:
         restored = []
-        for name, (space, saved) in self._saved.items():
-            current = vars(space)
-            for key, value in saved.items():
-                if key in _LEFT_ALONE or current.get(key, _MISSING) is value:
-                    continue
-                try:
+        for space, name, key, value in list(self._differences()):
+            try:
+                if value is _MISSING:
+                    delattr(space, key)
+                else:
                     setattr(space, key, value)
-                except (AttributeError, TypeError):  # a read-only slot: nothing can have patched it
-                    continue
-                restored.append(f"{name}.{key}")
+            except (AttributeError, TypeError):  # a read-only slot: nothing can have patched it
+                continue
+            restored.append(f"{name}.{key}")
         return restored
 
 
