@@ -1,13 +1,15 @@
 """What a student reads when a test fails: the problem's own words, the test's frames, a rerun line.
 
-One mutant of each FlashAttention problem and one of part 2, each zipped as make_submission.sh
-zips it and graded on its visible tests (what a student sees at once), without ``-v``. Every
-failure the student sees must have:
+One mutant of each FlashAttention problem and one of part 2, and the reference with a forward
+that raises (the submission's own error, with its own traceback), each zipped as
+make_submission.sh zips it and graded on its visible tests (what a student sees at once),
+without ``-v``. Every failure the student sees must have:
 
 - no autotune wording ("with your kernels as they are ...") when no autotuner with two or more
   configs ran (these mutants have none: the note belongs to Triton tests that autotune);
 - no kit plumbing in its traceback (tests/harness/stub_failures.py, tests/harness/autotune_configs.py,
-  tests/checks/assertions.py's raise), only the test's own frames;
+  tests/checks/assertions.py's raise, the executor's client and its server), only the test's own
+  frames and the submission's;
 - each rerun command on a line of its own;
 - no absolute path of the grading machine;
 
@@ -37,8 +39,11 @@ CASES = [  # (mutant, the problem it breaks)
     ("accumulator_not_rescaled", "flash_forward_triton"),
     ("delta_from_dO_only", "flash_backward"),
     ("bucket_boundary_off_by_one", "ddp_bucketed"),
+    ("forward_raises", "flash_forward_pytorch"),  # not a catalog mutant: the reference, whose forward raises
 ]
-KIT_PLUMBING = ("tests/harness/", "stub_failures.py", "autotune_configs.py", "in assert_close\n")
+KIT_PLUMBING = ("tests/harness/", "tests/executor/", "cs336_executor", "stub_failures.py", "autotune_configs.py",
+                "in assert_close\n")
+RAISED = "torch.zeros(Q.shape, Q.dtype, 3)"  # the line forward_raises adds: a TypeError, as real submissions raised
 AUTOTUNE_WORDING = re.compile(r"with your kernels as they are|of your autotuned kernels|@triton\.autotune with")
 ABSOLUTE_PATH = re.compile(r"(?:^|[\s\"'(\[=])(/[\w.-]+){2,}", re.MULTILINE)
 RERUN = ".venv/bin/python -m tests.checks.flash_repro"
@@ -52,12 +57,27 @@ def _zip(submission: Path, path: Path) -> Path:
     return path
 
 
+def _forward_raises(folder: Path) -> Path:
+    """The reference, whose PyTorch FlashAttention forward starts with a line that raises a TypeError."""
+    import shutil
+
+    shutil.copytree(KIT / "reference" / "cs336_systems", folder / "cs336_systems", symlinks=False)
+    shutil.copy(KIT / "reference" / "adapters.py", folder / "adapters.py")
+    source = folder / "cs336_systems" / "flash_attention_pytorch.py"
+    text = source.read_text()
+    body = re.search(r"\n    def forward\(.*?\):\n(\s+\"\"\"[\s\S]*?\"\"\"\n)?", text)
+    assert body, "the reference's PyTorch Function has no forward to break"
+    source.write_text(text[:body.end()] + f"        {RAISED}\n" + text[body.end():])
+    return folder
+
+
 @pytest.fixture(scope="module", params=CASES, ids=[case[0] for case in CASES])
 def graded(request, tmp_path_factory):
     name, problem = request.param
     root = tmp_path_factory.mktemp(name)
     root.chmod(0o755)
-    submission = _zip(materialize(mutants.get(name), root / "submission"), root / "submission.zip")
+    folder = _forward_raises(root / "submission") if name == "forward_raises" else materialize(mutants.get(name), root / "submission")
+    submission = _zip(folder, root / "submission.zip")
     out = root / "out"
     result = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submission), "--problems", problem,
                              "--suites", "visible", "--out", str(out)], cwd=KIT, capture_output=True, text=True,
@@ -80,6 +100,9 @@ def test_no_failure_shows_kit_plumbing_frames(graded):
     for test in failures:
         assert not any(frame in test["output"] for frame in KIT_PLUMBING), test["output"][:4000]
         assert re.search(r"^tests/test_\w+\.py:\d+: in test_", test["output"], re.MULTILINE), test["output"][:4000]
+        if RAISED in test["output"]:  # the submission's own frame, where its code raised
+            assert re.search(r'File "cs336_systems/flash_attention_pytorch\.py", line \d+, in forward', test["output"]), \
+                test["output"][:4000]
 
 
 def test_every_rerun_command_stands_on_its_own_line(graded):
@@ -170,8 +193,6 @@ def test_an_error_of_the_submission_shows_its_frames_without_the_executors_or_a_
     the traceback that comes back from its process shows the submission's own frame, relative to
     the submission (``cs336_systems/...``), and neither the executor's plumbing (its server.py)
     nor any absolute path of the grading machine (the executor's copy, Python's packages)."""
-    import shutil
-
     import torch
 
     from tests.checks.flash_cases import FlashCase, check_forward
@@ -179,14 +200,7 @@ def test_an_error_of_the_submission_shows_its_frames_without_the_executors_or_a_
     from tests.executor.process import ExecutorSettings
     from tests.executor.proxies import RemoteAdapters
 
-    submission = tmp_path / "submission"
-    shutil.copytree(KIT / "reference" / "cs336_systems", submission / "cs336_systems", symlinks=False)
-    shutil.copy(KIT / "reference" / "adapters.py", submission / "adapters.py")
-    source = submission / "cs336_systems" / "flash_attention_pytorch.py"
-    text = source.read_text()
-    body = re.search(r"\n    def forward\(.*?\):\n(\s+\"\"\"[\s\S]*?\"\"\"\n)?", text)
-    assert body, "the reference's PyTorch Function has no forward to break"
-    source.write_text(text[:body.end()] + "        torch.zeros(Q.shape, Q.dtype, 3)\n" + text[body.end():])
+    submission = _forward_raises(tmp_path / "submission")
     executor = Executor(ExecutorSettings(submission=submission, workdir=tmp_path / "work", test_timeout_s=120.0))
     case = FlashCase(batch=1, n_queries=8, n_keys=8, d=16, dtype=torch.float32, is_causal=False, device="cpu")
     try:
@@ -198,6 +212,6 @@ def test_an_error_of_the_submission_shows_its_frames_without_the_executors_or_a_
         executor.stop()
     shown = "\n".join(getattr(caught.value, "__notes__", ()))
     assert re.search(r'File "cs336_systems/flash_attention_pytorch\.py", line \d+, in forward', shown), shown
-    assert "torch.zeros(Q.shape, Q.dtype, 3)" in shown, shown
+    assert RAISED in shown, shown
     assert "server.py" not in shown and "cs336_executor" not in shown, shown
     assert not ABSOLUTE_PATH.search(shown), ABSOLUTE_PATH.search(shown).group(0)

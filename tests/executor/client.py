@@ -50,6 +50,7 @@ from .process import START_TIMEOUT_S, ExecutorFailure, ExecutorProcess, Executor
 from .proxies import RemoteObject
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
+__tracebackhide__ = True  # pytest leaves the request layer out of a failure's traceback: plumbing, not the test
 REPLY_BASE_BYTES = 64 << 20  # what any reply may hold, besides twice the largest request of its test
 
 
