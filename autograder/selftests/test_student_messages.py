@@ -215,3 +215,33 @@ def test_an_error_of_the_submission_shows_its_frames_without_the_executors_or_a_
     assert RAISED in shown, shown
     assert "server.py" not in shown and "cs336_executor" not in shown, shown
     assert not ABSOLUTE_PATH.search(shown), ABSOLUTE_PATH.search(shown).group(0)
+
+
+
+def test_a_probes_report_of_the_submissions_error_has_its_frames_only(tmp_path, monkeypatch):
+    """The probes that call the submission in processes of their own (benchmarking, memory
+    profiling, the parallel ranks) report its errors as ``student_traceback`` writes them: the
+    submission's frame relative to the folder its ``adapters`` came from, Python's packages
+    relative to their folder, the kit's frames (here the probe's ``caught``) left out."""
+    import importlib.util
+    import types
+
+    import torch
+
+    from tests.executor.probes.benchmarking_script import caught
+
+    (tmp_path / "cs336_systems").mkdir()
+    path = tmp_path / "cs336_systems" / "step.py"
+    path.write_text("import torch\n\n\ndef step(Q):\n    return torch.zeros(Q.shape, Q.dtype, 3)\n")
+    spec = importlib.util.spec_from_file_location("cs336_messages_step", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    adapters = types.ModuleType("adapters")
+    adapters.__file__ = str(tmp_path / "adapters.py")
+    monkeypatch.setitem(sys.modules, "adapters", adapters)  # as the executor and each rank have imported it
+
+    report = caught(module.step, torch.zeros(2))["error"]["traceback"]
+    assert 'File "cs336_systems/step.py", line 5, in step' in report, report
+    assert "torch.zeros(Q.shape, Q.dtype, 3)" in report and "TypeError: zeros()" in report, report
+    assert "benchmarking_script.py" not in report and "in caught" not in report, report
+    assert not ABSOLUTE_PATH.search(report), ABSOLUTE_PATH.search(report).group(0)

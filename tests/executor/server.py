@@ -44,10 +44,6 @@ import faulthandler
 import json
 import os
 import signal
-import site
-import sysconfig
-import traceback
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,6 +53,7 @@ from confine import identity
 
 from . import probes, tripwire
 from . import autotune
+from .tracebacks import student_traceback
 from .triton_language import LanguageSnapshot
 from .uninitialized import filled
 from .launches import LaunchLog
@@ -64,41 +61,6 @@ from .loading import import_submission
 from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
 
 MAX_TEXT = 20_000
-
-# This process's own code (this package and confine's copy, in the executor's runtime folder):
-# plumbing that a student's traceback leaves out.
-_RUNTIME = str(Path(__file__).resolve().parent.parent) + os.sep
-
-
-def _library_folders() -> list[str]:
-    """The folders Python and its packages are installed in (site-packages, the standard library)."""
-    folders = {sysconfig.get_path(name) for name in ("purelib", "platlib", "stdlib", "platstdlib")}
-    folders.update(getattr(site, "getsitepackages", lambda: [])())
-    written = {form for folder in folders if folder for form in (os.path.abspath(folder), str(Path(folder).resolve()))}
-    return sorted((folder + os.sep for folder in written), key=len, reverse=True)  # as a path names it, and its target
-
-
-def student_traceback(error: BaseException, submission: str | None = None) -> str:
-    """``error``'s traceback as its student reads it: the executor's own frames left out, and no
-    path of the grading machine: files of the submission relative to it
-    (``cs336_systems/flash_attention_pytorch.py``), files of Python and its packages relative to
-    their folder (``torch/autograd/function.py``). Chained exceptions keep their own tracebacks."""
-    report = traceback.TracebackException(type(error), error, error.__traceback__)
-    seen, pending = set(), [report]
-    while pending:
-        part = pending.pop()
-        if id(part) in seen:
-            continue
-        seen.add(id(part))
-        part.stack = traceback.StackSummary.from_list(
-            [frame for frame in part.stack if not str(frame.filename).startswith(_RUNTIME)])
-        pending += [chained for chained in (part.__cause__, part.__context__) if chained is not None]
-    text = "".join(report.format())
-    prefixes = [form + os.sep for form in {os.path.abspath(submission), str(Path(submission).resolve())}] if submission else []
-    for prefix in [*prefixes, *_library_folders()]:
-        text = text.replace(prefix, "")
-    return text
-
 
 def error_payload(error: BaseException, submission: str | None = None) -> dict:
     """What the harness needs to raise a stand-in for ``error``: the nearest built-in class and the
