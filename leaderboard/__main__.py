@@ -41,6 +41,12 @@ NO_GPU = (
 
 NOT_RUNNABLE = 3  # run's exit status for a submission that cannot be run anywhere (see the docstring)
 
+NO_COURSE_SECRET = (
+    "leaderboard batch: {flag} is refused: the leaderboard uses no course secret (each run's parent draws "
+    "its own seed for every checked input; leaderboard/README.md, 'The course secret'); drop {flag}, which "
+    "belongs to `autograder batch`"
+)
+
 SAME_USER_HELP = (
     "without root: let the worker run as yourself instead of refusing. It is still a separate process, but "
     "nothing stands between it and your files: only for code you trust. As root the worker always runs as "
@@ -49,11 +55,16 @@ SAME_USER_HELP = (
 
 
 def _refuse_old_flags(args: argparse.Namespace) -> str | None:
+    """The one-line refusal of a flag this command no longer, or never, takes (an old spelling, or
+    the grader's batch's --bundle/--secret), naming what to do instead; None when there is none."""
     if getattr(args, "old_dry_run", False):
         return (f"leaderboard {args.command}: --dry-run now only means 'print what would run' (leaderboard batch); "
                 "to run the pipeline on a CPU, use --cpu")
     if getattr(args, "old_timing_dry_run", False):
         return "leaderboard batch: --timing-dry-run is now --cpu (the same flag as run and selftest)"
+    for flag in ("bundle", "secret"):  # the grader's batch takes these; a TA may carry them over
+        if getattr(args, f"course_{flag}", None) is not None:
+            return NO_COURSE_SECRET.format(flag=f"--{flag}")
     return None
 
 
@@ -235,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--cpu", action="store_true",
                        help="CPU: each run is a leaderboard run --cpu (tests the pipeline; times mean nothing)")
     batch.add_argument("--timing-dry-run", dest="old_timing_dry_run", action="store_true", help=argparse.SUPPRESS)
+    batch.add_argument("--bundle", dest="course_bundle", help=argparse.SUPPRESS)  # refused: NO_COURSE_SECRET
+    batch.add_argument("--secret", dest="course_secret", help=argparse.SUPPRESS)
     batch.add_argument("--repeats", type=positive_int, default=1, help="official loops per run (default 1)")
     batch.set_defaults(handler=cmd_batch)
     return parser

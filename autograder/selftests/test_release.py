@@ -129,12 +129,41 @@ def test_release_setup_does_not_grade_the_reference(student_release):
         student_setup("#!/bin/bash\necho hi\n")
 
 
-def test_release_pytest_collects_without_errors(student_release):
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                            cwd=student_release, capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def release_collection(student_release) -> subprocess.CompletedProcess:
+    """``pytest --collect-only -q`` in the release, as a student's first ``pytest`` collects."""
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+                          cwd=student_release, capture_output=True, text=True, timeout=300)
+
+
+def test_release_pytest_collects_without_errors(release_collection):
+    result = release_collection
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " tests collected" in result.stdout or "tests collected" in result.stdout
     assert all(line.startswith("tests/") for line in result.stdout.splitlines() if "::" in line)
+
+
+_BUDGET = KIT / "autograder" / "tools" / "student_budget.md"
+_OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|not implemented|errors?|xfailed|xpassed)\b")
+
+
+def test_student_budget_was_measured_on_todays_visible_tests(release_collection):
+    """autograder/tools/student_budget.md states the student's loop (plain ``pytest`` on the stubs
+    and on the reference); its runs must have run the visible tests a release holds today, or its
+    times and counts (the issue found "127 not implemented" where there were 131) describe another
+    suite. Remeasure with ``.venv/bin/python -m autograder.tools.student_budget --out
+    autograder/tools/student_budget.md``."""
+    collected = re.search(r"^(\d+) tests? collected", release_collection.stdout, re.MULTILINE)
+    assert collected, release_collection.stdout[-2000:]
+    rows = {cells[1].strip(): cells[-2] for line in _BUDGET.read_text().splitlines()
+            if (cells := line.split("|")) and len(cells) > 6 and cells[1].strip() in ("stubs", "reference")}
+    assert set(rows) == {"stubs", "reference"}, f"{_BUDGET.name} has no stubs and reference rows: {rows}"
+    for run, result in rows.items():
+        counted = sum(int(number) for number, _ in _OUTCOME.findall(result))
+        assert counted == int(collected.group(1)), (
+            f"{_BUDGET.relative_to(KIT)}'s {run} run counted {counted} tests ({result.strip()}); a release "
+            f"collects {collected.group(1)} today: remeasure with .venv/bin/python -m autograder.tools.student_budget "
+            "--out autograder/tools/student_budget.md")
 
 
 def test_release_stubs_fail_only_with_not_implemented_error(stub_grade):

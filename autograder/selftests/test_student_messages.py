@@ -1,20 +1,23 @@
 """What a student reads when a test fails: the problem's own words, the test's frames, a rerun line.
 
-One mutant of each FlashAttention problem and one of part 2, each zipped as make_submission.sh
-zips it and graded on its visible tests (what a student sees at once), without ``-v``. Every
-failure the student sees must have:
+One mutant of each FlashAttention problem and one of part 2, and the reference with a forward
+that raises (the submission's own error, with its own traceback), each zipped as
+make_submission.sh zips it and graded on its visible tests (what a student sees at once),
+without ``-v``. Every failure the student sees must have:
 
 - no autotune wording ("with your kernels as they are ...") when no autotuner with two or more
   configs ran (these mutants have none: the note belongs to Triton tests that autotune);
 - no kit plumbing in its traceback (tests/harness/stub_failures.py, tests/harness/autotune_configs.py,
-  tests/checks/assertions.py's raise), only the test's own frames;
+  tests/checks/assertions.py's raise, the executor's client and its server), only the test's own
+  frames and the submission's;
 - each rerun command on a line of its own;
 - no absolute path of the grading machine;
 
 and the console shows no line over 300 characters, nor the staff's timing lines (those go to
 ``--out``/grade.log). Then, without a grade: the "refused CPU tensors" advice is given for real
 refusals only, never for a crash of the submission's process or an error that merely mentions
-``device`` in its traceback.
+``device`` in its traceback, nor for an error of the kit's own code; and an error the submission
+raises comes back with its own frames (``cs336_systems/...``), without the executor's or a path.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ CASES = [  # (mutant, the problem it breaks)
     ("accumulator_not_rescaled", "flash_forward_triton"),
     ("delta_from_dO_only", "flash_backward"),
     ("bucket_boundary_off_by_one", "ddp_bucketed"),
+    ("forward_raises", "flash_forward_pytorch"),  # not a catalog mutant: the reference, whose forward raises
 ]
-KIT_PLUMBING = ("tests/harness/", "stub_failures.py", "autotune_configs.py", "in assert_close\n")
+KIT_PLUMBING = ("tests/harness/", "tests/executor/", "cs336_executor", "stub_failures.py", "autotune_configs.py",
+                "in assert_close\n")
+RAISED = "torch.zeros(Q.shape, Q.dtype, 3)"  # the line forward_raises adds: a TypeError, as real submissions raised
 AUTOTUNE_WORDING = re.compile(r"with your kernels as they are|of your autotuned kernels|@triton\.autotune with")
 ABSOLUTE_PATH = re.compile(r"(?:^|[\s\"'(\[=])(/[\w.-]+){2,}", re.MULTILINE)
 RERUN = ".venv/bin/python -m tests.checks.flash_repro"
@@ -51,12 +57,27 @@ def _zip(submission: Path, path: Path) -> Path:
     return path
 
 
+def _forward_raises(folder: Path) -> Path:
+    """The reference, whose PyTorch FlashAttention forward starts with a line that raises a TypeError."""
+    import shutil
+
+    shutil.copytree(KIT / "reference" / "cs336_systems", folder / "cs336_systems", symlinks=False)
+    shutil.copy(KIT / "reference" / "adapters.py", folder / "adapters.py")
+    source = folder / "cs336_systems" / "flash_attention_pytorch.py"
+    text = source.read_text()
+    body = re.search(r"\n    def forward\(.*?\):\n(\s+\"\"\"[\s\S]*?\"\"\"\n)?", text)
+    assert body, "the reference's PyTorch Function has no forward to break"
+    source.write_text(text[:body.end()] + f"        {RAISED}\n" + text[body.end():])
+    return folder
+
+
 @pytest.fixture(scope="module", params=CASES, ids=[case[0] for case in CASES])
 def graded(request, tmp_path_factory):
     name, problem = request.param
     root = tmp_path_factory.mktemp(name)
     root.chmod(0o755)
-    submission = _zip(materialize(mutants.get(name), root / "submission"), root / "submission.zip")
+    folder = _forward_raises(root / "submission") if name == "forward_raises" else materialize(mutants.get(name), root / "submission")
+    submission = _zip(folder, root / "submission.zip")
     out = root / "out"
     result = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submission), "--problems", problem,
                              "--suites", "visible", "--out", str(out)], cwd=KIT, capture_output=True, text=True,
@@ -79,6 +100,9 @@ def test_no_failure_shows_kit_plumbing_frames(graded):
     for test in failures:
         assert not any(frame in test["output"] for frame in KIT_PLUMBING), test["output"][:4000]
         assert re.search(r"^tests/test_\w+\.py:\d+: in test_", test["output"], re.MULTILINE), test["output"][:4000]
+        if RAISED in test["output"]:  # the submission's own frame, where its code raised
+            assert re.search(r'File "cs336_systems/flash_attention_pytorch\.py", line \d+, in forward', test["output"]), \
+                test["output"][:4000]
 
 
 def test_every_rerun_command_stands_on_its_own_line(graded):
@@ -147,3 +171,77 @@ def test_a_crash_of_the_submissions_process_is_not_a_refusal():
 def test_a_real_refusal_gets_the_advice():
     error = _reported(_stand_in("RuntimeError", "Pointer argument cannot be accessed from Triton (cpu tensor?)", ""))
     assert "refused CPU tensors" in str(error), str(error)
+
+
+def test_an_error_of_the_kits_own_code_is_not_a_refusal():
+    """An error raised in the kit's tests/ (the harness's own code, here one that names CUDA) is
+    not the submission refusing CPU tensors: no advice to the student about their asserts."""
+    from tests.checks.flash_cases import explain_device_refusal
+
+    kit_file = str(KIT / "tests" / "checks" / "flash_cases.py")  # where the harness's code lives
+    try:
+        exec(compile("raise RuntimeError('CUDA error: out of memory in the harness')", kit_file, "exec"))
+    except RuntimeError as error:
+        explain_device_refusal(error, "cpu", "FlashAttentionTriton.apply", triton=True)  # returns: no advice
+
+
+# -- the submission's own traceback -----------------------------------------------------------
+
+
+def test_an_error_of_the_submission_shows_its_frames_without_the_executors_or_a_path(tmp_path):
+    """A submission whose forward raises (a TypeError from torch.zeros, as real submissions did):
+    the traceback that comes back from its process shows the submission's own frame, relative to
+    the submission (``cs336_systems/...``), and neither the executor's plumbing (its server.py)
+    nor any absolute path of the grading machine (the executor's copy, Python's packages)."""
+    import torch
+
+    from tests.checks.flash_cases import FlashCase, check_forward
+    from tests.executor.client import Executor
+    from tests.executor.process import ExecutorSettings
+    from tests.executor.proxies import RemoteAdapters
+
+    submission = _forward_raises(tmp_path / "submission")
+    executor = Executor(ExecutorSettings(submission=submission, workdir=tmp_path / "work", test_timeout_s=120.0))
+    case = FlashCase(batch=1, n_queries=8, n_keys=8, d=16, dtype=torch.float32, is_causal=False, device="cpu")
+    try:
+        executor.begin_test()
+        function = RemoteAdapters(executor).get_flashattention_autograd_function_pytorch()
+        with pytest.raises(TypeError) as caught:
+            check_forward(function, case, "pytorch")
+    finally:
+        executor.stop()
+    shown = "\n".join(getattr(caught.value, "__notes__", ()))
+    assert re.search(r'File "cs336_systems/flash_attention_pytorch\.py", line \d+, in forward', shown), shown
+    assert RAISED in shown, shown
+    assert "server.py" not in shown and "cs336_executor" not in shown, shown
+    assert not ABSOLUTE_PATH.search(shown), ABSOLUTE_PATH.search(shown).group(0)
+
+
+
+def test_a_probes_report_of_the_submissions_error_has_its_frames_only(tmp_path, monkeypatch):
+    """The probes that call the submission in processes of their own (benchmarking, memory
+    profiling, the parallel ranks) report its errors as ``student_traceback`` writes them: the
+    submission's frame relative to the folder its ``adapters`` came from, Python's packages
+    relative to their folder, the kit's frames (here the probe's ``caught``) left out."""
+    import importlib.util
+    import types
+
+    import torch
+
+    from tests.executor.probes.benchmarking_script import caught
+
+    (tmp_path / "cs336_systems").mkdir()
+    path = tmp_path / "cs336_systems" / "step.py"
+    path.write_text("import torch\n\n\ndef step(Q):\n    return torch.zeros(Q.shape, Q.dtype, 3)\n")
+    spec = importlib.util.spec_from_file_location("cs336_messages_step", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    adapters = types.ModuleType("adapters")
+    adapters.__file__ = str(tmp_path / "adapters.py")
+    monkeypatch.setitem(sys.modules, "adapters", adapters)  # as the executor and each rank have imported it
+
+    report = caught(module.step, torch.zeros(2))["error"]["traceback"]
+    assert 'File "cs336_systems/step.py", line 5, in step' in report, report
+    assert "torch.zeros(Q.shape, Q.dtype, 3)" in report and "TypeError: zeros()" in report, report
+    assert "benchmarking_script.py" not in report and "in caught" not in report, report
+    assert not ABSOLUTE_PATH.search(report), ABSOLUTE_PATH.search(report).group(0)

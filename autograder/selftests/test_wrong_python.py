@@ -88,8 +88,11 @@ def test_a_batch_whose_jobs_would_start_that_python_queues_nothing(bare_python, 
     assert not (tmp_path / "s1").exists(), "nothing ran"
 
 
+# Every document that tells staff or students what to type (records/ holds dated records of runs,
+# each written once with the commands of its day: only its index is kept current).
 DOCS = ("README.md", "leaderboard/README.md", "autograder/README.md", "autograder/student_readme.md",
-        "handout/README.md", "autograder/tools/*.md", "benchmarks/*.md", "confine/*.md")
+        "handout/README.md", "autograder/*.md", "autograder/tools/*.md", "autograder/peer_checks/*.md",
+        "benchmarks/*.md", "confine/*.md", "records/README.md")
 
 
 def test_every_documented_command_names_the_kits_interpreter():

@@ -137,7 +137,7 @@ def report(runs: list[Run], machine: str, loads: tuple[str, str]) -> str:
     lines = [
         "# Student loop budget",
         "",
-        f"Measured {datetime.date.today().isoformat()} with `python -m autograder.tools.student_budget`: plain "
+        f"Measured {datetime.date.today().isoformat()} with `.venv/bin/python -m autograder.tools.student_budget`: plain "
         "`pytest` in a fresh student release (no caches), on the stubs and on the reference.",
         "",
         f"Machine: {machine}. Load average (1/5/15 min) before: {loads[0]}, after: {loads[1]}. Wall times "

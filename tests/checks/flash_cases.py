@@ -259,12 +259,12 @@ def explain_device_refusal(error: BaseException, device: str, call: str, *, trit
     """Raise an AssertionError that explains ``error`` when it is a Triton Function refusing CPU
     tensors on a CPU runner: an error its own code raised whose message names CUDA or a GPU (``Q
     must be a CUDA tensor``, ``expected device cuda:0``), or a bare ``assert`` on the device (``assert
-    Q.is_cuda``). The tests' own AssertionErrors, a crash of the submission's process
-    (ExecutorFailure) and any other error (a TypeError whose traceback mentions ``device=``) are left
-    alone. Else do nothing."""
+    Q.is_cuda``). An error the submission's code did not raise (the tests' own checks, the kit's
+    code, a crash of the submission's process: ExecutorFailure) and any other error (a TypeError
+    whose traceback mentions ``device=``) are left alone. Else do nothing."""
     if not triton or device != "cpu" or isinstance(error, NotImplementedError) or _executor_failure(error):
         return
-    if isinstance(error, AssertionError) and not raised_by_submission(error):
+    if not raised_by_submission(error):  # the kit's own error is no refusal, whatever its words
         return
     first = _refusal_line(error)
     if first is None:

@@ -50,6 +50,7 @@ from .process import START_TIMEOUT_S, ExecutorFailure, ExecutorProcess, Executor
 from .proxies import RemoteObject
 from .wire import Closed, Codec, ProtocolError, TimedOut, recv_frame, send_frame
 
+__tracebackhide__ = True  # pytest leaves the request layer out of a failure's traceback: plumbing, not the test
 REPLY_BASE_BYTES = 64 << 20  # what any reply may hold, besides twice the largest request of its test
 
 
@@ -128,12 +129,11 @@ class Executor(ExecutorProcess):
         """Called after each test (in its teardown). After a test in which Triton or CUDA raised,
         the executor is stopped and the next test gets a fresh process (started between tests,
         never charged to a test), because the failure can break every later call in the process:
-        Triton's interpreter patches ``triton.language`` for the whole process while a kernel runs,
-        and a failure can leave the patches behind (later tests then fail with errors such as
-        "zeros() takes 1 positional argument but 1 was given"); and a kernel that reads out of
-        bounds leaves the CUDA context broken ("CUDA error: an illegal memory access was
-        encountered" from every later call; seen on an H200, where one bad-input test of a real
-        submission failed the next nine tests of its process)."""
+        a kernel that reads out of bounds leaves the CUDA context broken ("CUDA error: an illegal
+        memory access was encountered" from every later call; seen on an H200, where one bad-input
+        test of a real submission failed the next nine tests of its process). What Triton's interpreter leaves
+        patched in ``triton.language`` the executor sets back itself after every request
+        (``triton_language.py``)."""
         self.deadline = None
         self.budget = None
         if self.fresh_after_test:

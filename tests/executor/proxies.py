@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from .process import ExecutorFailure
 
+__tracebackhide__ = True  # pytest leaves these calls out of a failure's traceback: plumbing, not the test
+
 if TYPE_CHECKING:
     from .client import Executor
 

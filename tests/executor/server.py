@@ -31,7 +31,9 @@ or ``{"error": {...}, "launches": [...], ...}``, where n is the most configs an 
 every request but a timing test's, new tensors hold NaN (``uninitialized.py``);
 while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}`` and wait for
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
-callback are served too). Tensor arguments that require grad arrive as fresh leaves; a
+callback are served too). Between requests, ``triton.language`` is set back to what it was
+when the submission had been imported (``triton_language.py``: Triton's interpreter leaves
+patches behind). Tensor arguments that require grad arrive as fresh leaves; a
 returned tensor with an autograd graph is kept, with those leaves, under a graph id.
 """
 
@@ -42,7 +44,6 @@ import faulthandler
 import json
 import os
 import signal
-import traceback
 from typing import Any
 
 import torch
@@ -52,6 +53,8 @@ from confine import identity
 
 from . import probes, tripwire
 from . import autotune
+from .tracebacks import student_traceback
+from .triton_language import LanguageSnapshot
 from .uninitialized import filled
 from .launches import LaunchLog
 from .loading import import_submission
@@ -59,8 +62,9 @@ from .wire import Closed, Codec, encode_tensor, recv_frame, send_frame
 
 MAX_TEXT = 20_000
 
-def error_payload(error: BaseException) -> dict:
-    """What the harness needs to raise a stand-in for ``error``: the nearest built-in class and the text."""
+def error_payload(error: BaseException, submission: str | None = None) -> dict:
+    """What the harness needs to raise a stand-in for ``error``: the nearest built-in class and the
+    text (its traceback as ``student_traceback`` writes it; ``submission``: the submission's folder)."""
     base = "RuntimeError"
     for cls in type(error).__mro__:
         if cls.__module__ == "builtins" and cls not in (KeyboardInterrupt, GeneratorExit, BaseException):
@@ -73,7 +77,7 @@ def error_payload(error: BaseException) -> dict:
     except Exception:  # noqa: BLE001  a student exception whose __str__ fails
         message = "<the exception's message could not be read>"
     try:
-        text = "".join(traceback.format_exception(error))
+        text = student_traceback(error, submission)
     except Exception:  # noqa: BLE001
         text = ""
     code = error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else None
@@ -94,6 +98,8 @@ class Server:
         self.leaves: list[torch.Tensor] = []
         self.launch_log = LaunchLog(submission)
         self.probes: dict[str, Any] = {}
+        self.triton = False  # whether kernels may run here (main sets it): then the language is restored
+        self.language: LanguageSnapshot | None = None  # triton.language as the submission's import left it
         self.codec = Codec(export=self._export, imports={"R": self._resolve, "C": self._callback},
                            on_tensor=self._arrived, encode_tensor_fn=self._encode_tensor)
 
@@ -146,6 +152,8 @@ class Server:
     def load_adapters(self):
         if self.adapters is None:
             self.adapters = import_submission(self.submission)
+            if self.triton:
+                self.language = LanguageSnapshot()  # what every later request starts from
         return self.adapters
 
     # -- requests ------------------------------------------------------------------------
@@ -215,7 +223,7 @@ class Server:
             try:
                 reply = {"ok": self.handle(request)}
             except BaseException as error:  # noqa: BLE001  SystemExit and KeyboardInterrupt from student code too
-                reply = {"error": error_payload(error)}
+                reply = {"error": error_payload(error, self.submission)}
         record = self.launch_log.stop_recording() if recording else None
         if record is not None and "ok" in reply:
             try:
@@ -250,6 +258,8 @@ class Server:
             except Closed:
                 return
             send_frame(self.out_fd, self.answer(request))
+            if self.language is not None:  # between requests, off any test's clock
+                self.language.restore()
 
 
 def main(argv: list[str]) -> None:
@@ -263,6 +273,7 @@ def main(argv: list[str]) -> None:
         try:
             server.launch_log.install()
             autotune.install(interpreter=os.environ.get("TRITON_INTERPRET") == "1")
+            server.triton = True
         except ImportError:  # no triton on this machine: no launch can happen either
             pass
     # Before any student code exists: the probes are looked up in this table from now on (a

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from ..tracebacks import student_traceback
 
 
 def caught(fn: Callable[..., Any], *args, **kwargs) -> dict:
@@ -35,7 +36,7 @@ def caught(fn: Callable[..., Any], *args, **kwargs) -> dict:
             message = "<the exception's message could not be read>"
         code = error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else None
         return {"error": {"base": base, "message": message[:20_000], "code": code,
-                          "traceback": traceback.format_exc()[-20_000:]}}
+                          "traceback": student_traceback(error)[-20_000:]}}
 
 
 def new_records() -> dict[str, Any]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import pickle
 import shutil
 import tempfile
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..tracebacks import student_traceback
 
 
 def caught(fn: Callable[..., Any], *args, **kwargs) -> dict:
@@ -32,7 +33,7 @@ def caught(fn: Callable[..., Any], *args, **kwargs) -> dict:
         except Exception:  # noqa: BLE001  a student exception whose __str__ fails
             message = "<the exception's message could not be read>"
         return {"error": {"base": base, "message": message[:20_000], "code": None,
-                          "traceback": traceback.format_exc()[-20_000:]}}
+                          "traceback": student_traceback(error)[-20_000:]}}
 
 
 def without_cuda(load_adapters: Callable[[], Any], max_entries: int | None = None, path_as_str: bool = False) -> dict:

@@ -38,12 +38,13 @@ import signal
 import sys
 import tempfile
 import time
-import traceback
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from ..tracebacks import student_traceback
 
 EVENTS: list[tuple] | None = None
 """This rank's event log while a job runs (None elsewhere: :func:`record` then does nothing)."""
@@ -315,7 +316,7 @@ def _worker(rank: int, world_size: int, backend: str, store: str, submission: st
         result = {"value": value, "events": list(EVENTS)}
     except BaseException as error:  # noqa: BLE001  everything a rank does wrong is reported, never raised
         base = next(cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins")
-        result = {"error": traceback.format_exc()[-8000:], "error_type": base, "message": str(error)[:4000],
+        result = {"error": student_traceback(error, submission)[-8000:], "error_type": base, "message": str(error)[:4000],
                   "events": list(EVENTS or [])}
     try:
         # Saved whole or not at all: a rank killed while saving must not leave half a report.
