@@ -47,7 +47,7 @@ from confine import identity
 
 from .kernels_only import ALLOWED_BUILTINS
 from .launches import storage_view, typed
-from .triton_language import LanguageSnapshot
+from .triton_language import snapshot_if_interpreted
 from .wire import DTYPES, Closed, recv_frame, send_frame
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
@@ -258,7 +258,7 @@ def main(argv: list[str]) -> None:
     confine.limits.apply(json.loads(limits))
     sys.modules.pop("adapters", None)
     replayer = Replayer(Path(root))
-    language = LanguageSnapshot()  # before any kernel: set back after each request (triton_language.py)
+    language = snapshot_if_interpreted()  # before any kernel: set back after each request (triton_language.py)
     in_fd, out_fd = int(in_fd), int(out_fd)
     while True:
         try:
@@ -281,4 +281,5 @@ def main(argv: list[str]) -> None:
             reply = {"error": {"message": f"{type(error).__name__}: {error}"[:2000],
                                "traceback": traceback.format_exc()[-4000:]}}
         send_frame(out_fd, reply)
-        language.restore()
+        if language is not None:
+            language.restore()

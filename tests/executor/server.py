@@ -54,7 +54,7 @@ from confine import identity
 from . import probes, tripwire
 from . import autotune
 from .tracebacks import student_traceback
-from .triton_language import LanguageSnapshot
+from .triton_language import LanguageSnapshot, snapshot_if_interpreted
 from .uninitialized import filled
 from .launches import LaunchLog
 from .loading import import_submission
@@ -153,7 +153,7 @@ class Server:
         if self.adapters is None:
             self.adapters = import_submission(self.submission)
             if self.triton:
-                self.language = LanguageSnapshot()  # what every later request starts from
+                self.language = snapshot_if_interpreted()  # what every later request starts from
         return self.adapters
 
     # -- requests ------------------------------------------------------------------------

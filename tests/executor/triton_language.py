@@ -20,11 +20,15 @@ an ``n`` from ``tl.cdiv`` worked after some earlier test's kernel and failed bef
 added to a module stay: they are the interpreter's globals, copied into the module of each
 function it rewrites, and the rewritten functions it caches look them up when they run again.
 A module bound as an attribute (a package's submodule) is left as the import system set it.
+
+Only under the interpreter (``snapshot_if_interpreted``): a compiled launch on a GPU does not
+patch the language, so there is nothing to set back, and a GPU grade runs exactly as before.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 
 _PREFIX = "triton.language"
@@ -88,3 +92,8 @@ class LanguageSnapshot:
 
 
 _MISSING = object()
+
+
+def snapshot_if_interpreted() -> LanguageSnapshot | None:
+    """A LanguageSnapshot under ``TRITON_INTERPRET=1`` (where launches patch the language), else None."""
+    return LanguageSnapshot() if os.environ.get("TRITON_INTERPRET") == "1" else None
