@@ -60,155 +60,214 @@ class SuiteRun:
 
 
 def run_suite(spec: SuiteSpec) -> SuiteRun:
-    """Run every test of ``spec.files``; every collected test gets a verdict (see the module docstring)."""
-    result = SuiteRun(spec.name, files=[path.relative_to(spec.kit).as_posix() for path in spec.files], shard=spec.shard)
+    """Run every test of ``spec.files``; every collected test gets a verdict (see the module docstring).
+
+    One test process after another (``_Watch``), until every collected test has a verdict
+    (``_Ledger``), the grade's deadline passes or the restart limit is reached."""
+    ledger = _Ledger(spec)
     started = time.monotonic()
-    pending: list[str] | None = None
-    gpu: dict[str, int] = {}  # node id -> CUDA GPUs the test needs (its gpu marker's count; 0 if none)
-    streak: dict[str, int] = defaultdict(int)
     index = 0
-
-    def drop(nodeid: str) -> None:  # settled here, or another chain of the suite has it
-        if pending is not None and nodeid in pending:
-            pending.remove(nodeid)
-
-    def settle(nodeid: str, outcome: Verdict, crash: bool, ran: bool = False) -> None:
-        """Record ``nodeid``'s verdict. One the watchdog gives without the test process (``ran``
-        False: a crash streak, the time limit) counts only if no other chain of the suite has the test."""
-        if spec.pool is not None and not ran and not spec.pool.claim(nodeid):
-            drop(nodeid)
-            return
-        outcome.gpu = gpu.get(nodeid, 0) > 0
-        result.outcomes[nodeid] = outcome
-        drop(nodeid)
-        spec.on_result(f"{spec.name}#{spec.shard}", outcome)
-        group = _streak_group(nodeid, spec.problem_of(nodeid))
-        streak[group] = streak[group] + 1 if crash else 0
-        if crash and streak[group] >= spec.crash_streak_limit:
-            message = (f"not run: {streak[group]} tests of {group[1]} in a row crashed or hung, so the remaining "
-                       "tests of that file and implementation were failed without running; fix those first")
-            for other in [n for n in (pending or []) if _streak_group(n, spec.problem_of(n)) == group]:
-                if result.gpus is not None and gpu.get(other, 0) > result.gpus:
-                    settle(other, Verdict(other, "not_graded", not_graded_message(gpu[other], result.gpus)),
-                           crash=False)
-                else:
-                    settle(other, Verdict(other, "failed", message), crash=False)
-
-    def fail_all(message: str) -> None:
-        for nodeid in list(pending or []):
-            settle(nodeid, Verdict(nodeid, "failed", message), crash=False)
-
-    while True:
-        if pending is not None and not pending:
-            break
-        if time.monotonic() >= spec.deadline:
-            fail_all(f"not run: {TIME_LIMIT_RAN_OUT} before this test started")
-            break
-        if result.restarts > spec.restart_limit:
-            fail_all(f"not run: the test process was restarted {spec.restart_limit} times "
-                     "(crashes, hangs or tampering); remaining tests are failed")
+    while ledger.pending is None or ledger.pending:
+        stop = ledger.stop_reason()
+        if stop is not None:
+            ledger.fail_all(stop)
             break
         files = spec.files
-        if pending is not None:
-            wanted = {nodeid.split("::", 1)[0] for nodeid in pending}
+        if ledger.pending is not None:
+            wanted = {nodeid.split("::", 1)[0] for nodeid in ledger.pending}
             files = [path for path in spec.files if path.relative_to(spec.kit).as_posix() in wanted]
-        child = HarnessProcess(spec, files, pending if pending is not None else spec.select, index)
+        child = HarnessProcess(spec, files, ledger.pending if ledger.pending is not None else spec.select, index)
         timeline_line(spec, "spawn")
         index += 1
-        current: str | None = None
-        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S  # between tests: collection, start-up
-        budget: Budget | None = None  # the running test's time (tests/executor/cpu_clock.py)
-        collected = pending is not None
-        progress = False
-        problem_text: str | None = None  # why this process was killed, if it was
-        try:
-            while not child.eof:
-                now = time.monotonic()
-                test_end = budget.wall_deadline() if budget is not None else test_deadline
-                limit = min(test_end, spec.deadline)
-                if now >= limit or (budget is not None and budget.expired()):
-                    if current is None and not collected:
-                        problem_text = f"the test process did not finish collecting within {STARTUP_TIMEOUT_S:.0f} s"
-                    elif now >= spec.deadline:
-                        problem_text = f"{TIME_LIMIT_RAN_OUT} while this test was running"
-                    elif budget is not None:
-                        problem_text = _timed_out(budget)
-                    else:
-                        problem_text = f"timed out: still running after {STARTUP_TIMEOUT_S:.0f} s between tests"
-                    child.kill()
-                    break
-                for record in child.records(min(1.0, limit - now)):
-                    kind = record["type"]
-                    if kind == "collect_error":
-                        result.collect_errors.append((record["nodeid"], record.get("message", "")))
-                    elif kind == "collected":
-                        result.gpus = int(record.get("gpus", 0))
-                        if pending is None:
-                            pending = [item["nodeid"] for item in record["items"]]
-                            result.collected = list(pending)
-                            gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})
-                            spec.on_collected(spec.name, [item["nodeid"] for item in record["items"]
-                                                          if item.get("alone")])
-                        collected = True
-                        budget = None
-                        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
-                    elif kind == "finished":
-                        child.eof = True
-                    elif kind == "waiting" and current is None:  # for the GPU lock (autograder/gpu_quiet.py)
-                        timeline_line(spec, "wait", record.get("nodeid", ""))
-                        test_deadline = time.monotonic() + GPU_WAIT_LIMIT_S + STARTUP_TIMEOUT_S
-                    elif kind == "start":
-                        if current is not None and pending is not None and current in pending:
-                            settle(current, Verdict(current, "failed", "the test process reported no verdict for this "
-                                                    "test (the grader's reporting was interfered with)"), crash=True,
-                                   ran=True)
-                        current = record["nodeid"]
-                        timeline_line(spec, "start", current)
-                        budget = Budget(spec.test_timeout_s, WALL_FACTOR * spec.test_timeout_s,
-                                        lambda: child.process.pid)
-                    elif kind == "result":
-                        nodeid = record["nodeid"]
-                        if pending is None or nodeid not in pending:
-                            continue
-                        progress = True
-                        timeline_line(spec, "end", nodeid, cpu=_cpu_seconds(budget))
-                        current = None
-                        budget = None
-                        test_deadline = time.monotonic() + STARTUP_TIMEOUT_S
-                        settle(nodeid, _outcome(record, gpu.get(nodeid, 0), result.gpus), crash=False, ran=True)
-                    elif kind == "elsewhere":  # another chain of the suite claimed it first (test_pool.py)
-                        drop(record["nodeid"])
-                        progress = True
-        except ForgedRecord as error:
-            child.kill()
-            problem_text = f"the test process sent a forged result record ({error})"
-        status = child.finish()
-        if problem_text is None and current is not None:
-            problem_text = f"the test process {describe_exit(status)} during this test"
-        if pending is None:
-            result.startup_failure = (
-                f"{problem_text or 'the test process ' + describe_exit(status) + ' before collecting the tests'}"
+        watch = _Watch(ledger, child)
+        watch.run()
+        if not ledger.after(watch, child.finish()):
+            break
+    ledger.result.wall_s = time.monotonic() - started
+    return ledger.result
+
+
+class _Ledger:
+    """A suite run's verdicts across its test processes: the tests still without one (``pending``,
+    None until a process has collected), each test's GPU count, and the crash streaks."""
+
+    def __init__(self, spec: SuiteSpec):
+        self.spec = spec
+        self.result = SuiteRun(spec.name, files=[path.relative_to(spec.kit).as_posix() for path in spec.files],
+                               shard=spec.shard)
+        self.pending: list[str] | None = None
+        self.gpu: dict[str, int] = {}  # node id -> CUDA GPUs the test needs (its gpu marker's count; 0 if none)
+        self.streak: dict[tuple, int] = defaultdict(int)
+
+    def stop_reason(self) -> str | None:
+        """Why no further test process may start (the grade's deadline, the restart limit), or None."""
+        if time.monotonic() >= self.spec.deadline:
+            return f"not run: {TIME_LIMIT_RAN_OUT} before this test started"
+        if self.result.restarts > self.spec.restart_limit:
+            return (f"not run: the test process was restarted {self.spec.restart_limit} times "
+                    "(crashes, hangs or tampering); remaining tests are failed")
+        return None
+
+    def collected(self, record: dict) -> None:
+        """A test process collected: the first one's list is the suite's."""
+        self.result.gpus = int(record.get("gpus", 0))
+        if self.pending is None:
+            self.pending = [item["nodeid"] for item in record["items"]]
+            self.result.collected = list(self.pending)
+            self.gpu.update({item["nodeid"]: int(item["gpu"]) for item in record["items"]})
+            self.spec.on_collected(self.spec.name, [item["nodeid"] for item in record["items"] if item.get("alone")])
+
+    def drop(self, nodeid: str) -> None:
+        """No verdict is needed here any more: settled, or another chain of the suite has it."""
+        if self.pending is not None and nodeid in self.pending:
+            self.pending.remove(nodeid)
+
+    def settle(self, nodeid: str, outcome: Verdict, crash: bool, ran: bool = False) -> None:
+        """Record ``nodeid``'s verdict. One the watchdog gives without the test process (``ran``
+        False: a crash streak, the time limit) counts only if no other chain of the suite has the test."""
+        spec = self.spec
+        if spec.pool is not None and not ran and not spec.pool.claim(nodeid):
+            self.drop(nodeid)
+            return
+        outcome.gpu = self.gpu.get(nodeid, 0) > 0
+        self.result.outcomes[nodeid] = outcome
+        self.drop(nodeid)
+        spec.on_result(f"{spec.name}#{spec.shard}", outcome)
+        group = _streak_group(nodeid, spec.problem_of(nodeid))
+        self.streak[group] = self.streak[group] + 1 if crash else 0
+        if crash and self.streak[group] >= spec.crash_streak_limit:
+            message = (f"not run: {self.streak[group]} tests of {group[1]} in a row crashed or hung, so the "
+                       "remaining tests of that file and implementation were failed without running; fix those first")
+            for other in [n for n in (self.pending or []) if _streak_group(n, spec.problem_of(n)) == group]:
+                if self.result.gpus is not None and self.gpu.get(other, 0) > self.result.gpus:
+                    self.settle(other, Verdict(other, "not_graded", not_graded_message(self.gpu[other],
+                                                                                       self.result.gpus)), crash=False)
+                else:
+                    self.settle(other, Verdict(other, "failed", message), crash=False)
+
+    def fail_all(self, message: str) -> None:
+        for nodeid in list(self.pending or []):
+            self.settle(nodeid, Verdict(nodeid, "failed", message), crash=False)
+
+    def after(self, watch: _Watch, status: int | None) -> bool:
+        """Settle what a test process's end leaves (the test it was running fails, with why); True
+        if another test process should run the tests still pending."""
+        child, current = watch.child, watch.current
+        problem = watch.problem
+        if problem is None and current is not None:
+            problem = f"the test process {describe_exit(status)} during this test"
+        if self.pending is None:
+            self.result.startup_failure = (
+                f"{problem or 'the test process ' + describe_exit(status) + ' before collecting the tests'}"
                 f"\n{child.output_tail()}"
             )
-            break
-        if current is not None and current in pending:
+            return False
+        progress = watch.progress
+        if current is not None and current in self.pending:
             tail = child.output_tail()
-            message = problem_text + ("; its last output:\n" + tail if tail else "")
-            timeline_line(spec, "end", current, cpu=_cpu_seconds(budget), killed=True)
-            settle(current, Verdict(current, "failed", message.strip()), crash=True, ran=True)
+            message = problem + ("; its last output:\n" + tail if tail else "")
+            timeline_line(self.spec, "end", current, cpu=_cpu_seconds(watch.budget), killed=True)
+            self.settle(current, Verdict(current, "failed", message.strip()), crash=True, ran=True)
             progress = True
-        elif problem_text is not None and not progress:
-            fail_all(f"not run: {problem_text}")
-            break
-        if pending and not progress:
-            fail_all(f"not run: the test process {describe_exit(status)} without running this test\n"
-                     f"{child.output_tail()}")
-            break
-        if pending:
-            result.restarts += 1
-            spec.on_note(f"{spec.name}#{spec.shard}", f"restarting the test process for {len(pending)} remaining test(s)")
-    result.wall_s = time.monotonic() - started
-    return result
+        elif problem is not None and not progress:
+            self.fail_all(f"not run: {problem}")
+            return False
+        if self.pending and not progress:
+            self.fail_all(f"not run: the test process {describe_exit(status)} without running this test\n"
+                          f"{child.output_tail()}")
+            return False
+        if self.pending:
+            self.result.restarts += 1
+            self.spec.on_note(f"{self.spec.name}#{self.spec.shard}",
+                              f"restarting the test process for {len(self.pending)} remaining test(s)")
+        return bool(self.pending)
+
+
+class _Watch:
+    """The watchdog over one test process, reading its records until it ends or is killed.
+
+    Its ``state`` is one of: ``collecting`` (a first process, before its collection), ``between``
+    (no test running: collection, set-up, start-up; limit STARTUP_TIMEOUT_S), ``waiting`` (a test
+    waits for the GPU lock: GPU_WAIT_LIMIT_S more) and ``running`` (a test runs, charged to
+    ``budget``: its CPU time, with a wall-clock backstop). Each state's limit, and the grade's
+    deadline, end the process when passed; ``problem`` then says why. ``current`` is the test
+    running when it ended; ``progress`` whether any test got a verdict (or was claimed elsewhere).
+    """
+
+    def __init__(self, ledger: _Ledger, child: HarnessProcess):
+        self.ledger, self.spec, self.child = ledger, ledger.spec, child
+        self.state = "collecting" if ledger.pending is None else "between"
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S  # of the states other than running
+        self.budget: Budget | None = None  # the running test's time (tests/executor/cpu_clock.py)
+        self.current: str | None = None
+        self.progress = False
+        self.problem: str | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.child.eof:
+                now = time.monotonic()
+                limit = min(self.budget.wall_deadline() if self.budget is not None else self.deadline,
+                            self.spec.deadline)
+                if now >= limit or (self.budget is not None and self.budget.expired()):
+                    self.problem = self._why_stopped(now)
+                    self.child.kill()
+                    return
+                for record in self.child.records(min(1.0, limit - now)):
+                    self._read(record)
+        except ForgedRecord as error:
+            self.child.kill()
+            self.problem = f"the test process sent a forged result record ({error})"
+
+    def _why_stopped(self, now: float) -> str:
+        if self.state == "collecting" and self.current is None:
+            return f"the test process did not finish collecting within {STARTUP_TIMEOUT_S:.0f} s"
+        if now >= self.spec.deadline:
+            return f"{TIME_LIMIT_RAN_OUT} while this test was running"
+        if self.budget is not None:
+            return _timed_out(self.budget)
+        return f"timed out: still running after {STARTUP_TIMEOUT_S:.0f} s between tests"
+
+    def _between(self) -> None:
+        self.state, self.current, self.budget = "between", None, None
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
+
+    def _read(self, record: dict) -> None:
+        ledger, spec, kind = self.ledger, self.spec, record["type"]
+        if kind == "collect_error":
+            ledger.result.collect_errors.append((record["nodeid"], record.get("message", "")))
+        elif kind == "collected":
+            ledger.collected(record)
+            self.state, self.budget = "between", None
+            self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        elif kind == "finished":
+            self.child.eof = True
+        elif kind == "waiting" and self.current is None:  # for the GPU lock (autograder/gpu_quiet.py)
+            timeline_line(spec, "wait", record.get("nodeid", ""))
+            self.state = "waiting"
+            self.deadline = time.monotonic() + GPU_WAIT_LIMIT_S + STARTUP_TIMEOUT_S
+        elif kind == "start":
+            pending = ledger.pending
+            if self.current is not None and pending is not None and self.current in pending:
+                ledger.settle(self.current, Verdict(self.current, "failed", "the test process reported no verdict "
+                                                    "for this test (the grader's reporting was interfered with)"),
+                              crash=True, ran=True)
+            self.state, self.current = "running", record["nodeid"]
+            timeline_line(spec, "start", self.current)
+            child = self.child
+            self.budget = Budget(spec.test_timeout_s, WALL_FACTOR * spec.test_timeout_s, lambda: child.process.pid)
+        elif kind == "result":
+            nodeid = record["nodeid"]
+            if ledger.pending is None or nodeid not in ledger.pending:
+                return
+            self.progress = True
+            timeline_line(spec, "end", nodeid, cpu=_cpu_seconds(self.budget))
+            self._between()
+            ledger.settle(nodeid, _outcome(record, ledger.gpu.get(nodeid, 0), ledger.result.gpus), crash=False,
+                          ran=True)
+        elif kind == "elsewhere":  # another chain of the suite claimed it first (test_pool.py)
+            ledger.drop(record["nodeid"])
+            self.progress = True
 
 
 def timeline_line(spec: SuiteSpec, event: str, nodeid: str = "", **extra) -> None:
