@@ -369,7 +369,8 @@ class Executor(ExecutorProcess):
         for name, output in call.outputs.items():
             if name in truth:
                 tol = tolerance(output.dtype, name, "triton")
-                assert_close(output, truth[name], atol=tol.atol + tol.max_frac * float(truth[name].abs().max()),
+                atol = tol.atol * replays.value_scale(call, name) + tol.max_frac * float(truth[name].abs().max())
+                assert_close(output, truth[name], atol=atol,
                              rtol=tol.rtol, what=name, context=f"the Triton Function's {call.what}")
 
     def _check_replay(self, record: Any, call: replays.Call, began: float) -> None:
