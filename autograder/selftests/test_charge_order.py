@@ -3,7 +3,7 @@
 Read by staff changing what the grader's watchdog charges a test (autograder/runner.py's
 ``Budget`` over every process under the harness, tests/executor/cpu_clock.py) or when the
 executor and the replay process start (tests/executor/client.py ``ready``, autograder/pytest_plugin.py).
-Issue 39: a hidden test passed alone but failed its limit in a full grade. On a CPU (2026-12-06,
+Issue 39: a hidden test passed alone but failed its limit in a full grade. On a CPU (2026-12-05,
 2 cores, load 3-5) the correct base's Triton backward fuzz test was charged 9.3 s of CPU first in
 its process and 4.6 s after another Triton test: the first test of a process paid the rest of the
 executor's start-up and the replay process's whole start-up (importing torch and triton). Both now

@@ -4,7 +4,7 @@ Read by staff changing the shape-fuzz tests (tests/test_flash_forward_triton.py,
 tests/test_flash_backward.py), their first case (tests/checks/flash_cases.py ``first_case``) or the
 Hypothesis profiles (tests/harness/hypothesis_profiles.py). Issue 39 measured, on an H200, one-bug
 copies of a correct Triton backward grading in up to 4.8 times the correct copy's time; on a CPU
-(2026-12-06, 2 cores, load 1.8-3.2) ``backward_scale_one_over_d`` spent 69 s of CPU in
+(2026-12-05, 2 cores, load 1.8-3.2) ``backward_scale_one_over_d`` spent 69 s of CPU in
 ``test_flash_backward_triton_any_shape`` against 4-5 s for the correct base: Hypothesis found the
 bug, then shrank it, each shrink step one more call of the interpreted kernels (on a GPU, one more
 compile). Trying a small case first ends the test there for most bugs.
