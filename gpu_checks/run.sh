@@ -8,7 +8,8 @@
 # Two GPUs also: `parallel-profile` (gpu_checks/parallel_profile.py: DDP overlap in the profiler's
 # timeline, FSDP memory, for the reference and the mutants those tests catch) and `parallel-mutants`
 # (every part-2 mutant, its NCCL tests included). `fairness` grades the fairness fixtures
-# (fixtures/fairness) on the GPU; `fp16-mutants` runs the 16-bit accumulator mutants.
+# (fixtures/fairness) on the GPU; `fp16-mutants` runs the 16-bit accumulator mutants; `mixed-class` grades
+# a realistic class one submission at a time (gpu_checks/mixed_class.py: seconds and points each, to summary.md).
 # With no step names it runs grade, race, benchmark and leaderboard (about 9 minutes on an H200:
 # grade 1.8, race 0.3, benchmark 2.7, leaderboard 3.8, measured 2026-11-29). `tests` repeats what `grade`
 # runs; `tolerances` (all dtypes, three submissions) takes far longer on a GPU, where each random
@@ -79,11 +80,12 @@ for step in "${steps[@]}"; do
                    "$logdir/parallel_profile.md" ;;
         parallel-mutants) run_step parallel-mutants python3 -m pytest autograder/selftests/test_distributed_mutants.py \
                    -p no:cacheprovider -q -rs ;;
+        mixed-class) run_step mixed-class python3 gpu_checks/mixed_class.py "$logdir/mixed_class" ;;
         fairness) run_step fairness python3 -m pytest autograder/selftests/test_grader_fairness.py \
                    -p no:cacheprovider -q -rs --durations=10 ;;
         fp16-mutants) CS336_MUTANTS=accumulator_float16_pytorch,running_stats_float16_pytorch,accumulator_float16_triton,running_sum_float16_triton \
                    run_step fp16-mutants python3 -m pytest autograder/selftests/test_mutant_catalog.py -p no:cacheprovider -q -rs ;;
-        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel parallel-bench parallel-profile parallel-mutants fairness fp16-mutants)"; exit 2 ;;
+        *) echo "unknown step $step (valid: tests grade tolerances tolerances-bf16 benchmark tune mutants race leaderboard attacks batch parallel parallel-bench parallel-profile parallel-mutants mixed-class fairness fp16-mutants)"; exit 2 ;;
     esac
 done
 exit $status

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, note
+from hypothesis import example, given, note
 
 from tests.harness import gpus
 from tests.checks.flash_bad_inputs import BAD_INPUTS, assert_rejects
-from tests.checks.flash_cases import FlashCase, check_forward, flash_case_strategy
+from tests.checks.flash_cases import FlashCase, check_forward, first_case, flash_case_strategy
 from tests.harness.autotune_configs import EVERY_CONFIG_SHAPE
 from tests.harness.hypothesis_profiles import FUZZ
 
@@ -40,6 +40,7 @@ def test_flash_forward_triton_cs336_shape(adapters, is_causal):
         dtypes=FUZZ.dtypes, max_batch=FUZZ.max_batch, max_tokens=FUZZ.max_tokens, device=FUZZ.device
     )
 )
+@example(case=first_case(FUZZ.device))  # most bugs fail here, before any search or shrinking
 def test_flash_forward_triton_any_shape(adapters, case):
     """Any batch, n_queries != n_keys, odd sizes, every d, causal or not, strided inputs."""
     function = _function(adapters)

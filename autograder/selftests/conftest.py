@@ -49,6 +49,7 @@ HEAVIEST_FIRST = (
     "autograder/selftests/test_grader_fairness.py",  # 200
     "autograder/selftests/test_grader_submissions.py",  # 120
     "autograder/selftests/test_gradescope_emulation.py",  # 145
+    "autograder/selftests/test_failure_cost.py",  # 135
     "autograder/selftests/test_distributed_mutants.py",  # 125
     "autograder/selftests/test_submission_contract.py",  # 100
     "autograder/selftests/test_batch.py",  # 75

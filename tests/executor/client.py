@@ -148,6 +148,25 @@ class Executor(ExecutorProcess):
             self._replays.close()
             self._replays = None
 
+    def ready(self, replays: bool) -> None:
+        """Between tests, before the next one's time starts: wait for an executor that is still
+        starting (the kit's conftest starts it while pytest collects), and with ``replays`` (the
+        next test runs Triton kernels) start the replay process too, if it is not running. Without
+        this the first test of a process, or the first Triton test after a replay process died, was
+        charged their start-ups by the grader's watchdog, which counts every process under the
+        harness: on a 2-core CPU the base's Triton backward fuzz test was charged 9.3 s first in its
+        process and 4.6 s after another Triton test. A start-up that fails is left for the test's
+        first call to report."""
+        try:
+            if self.process is not None and not self._greeted:
+                self.start()
+            if replays:
+                replay = self.replays().process
+                if replay.process is None:
+                    replay.start()
+        except ExecutorFailure:
+            pass
+
     def restart_if_failed(self) -> None:
         """When the executor failed, start the next one now. The grader's plugin calls this after a
         test's verdict is sent, so that no test's time limit pays for the start-up; otherwise the
@@ -350,7 +369,8 @@ class Executor(ExecutorProcess):
         for name, output in call.outputs.items():
             if name in truth:
                 tol = tolerance(output.dtype, name, "triton")
-                assert_close(output, truth[name], atol=tol.atol + tol.max_frac * float(truth[name].abs().max()),
+                atol = tol.atol * replays.value_scale(call, name) + tol.max_frac * float(truth[name].abs().max())
+                assert_close(output, truth[name], atol=atol,
                              rtol=tol.rtol, what=name, context=f"the Triton Function's {call.what}")
 
     def _check_replay(self, record: Any, call: replays.Call, began: float) -> None:

@@ -77,6 +77,18 @@ class Call:
     what: str = "forward"
 
 
+def value_scale(call: Call, name: str) -> float:
+    """What ``name``'s absolute tolerance is multiplied by: the root mean square of V (at least 1)
+    for the outputs that grow with V (O, dQ, dK), else 1. The tests scale their own tolerance the
+    same way (tests/checks/flash_cases.py ``case_tolerance``, by the case's ``v_scale``): with |V|
+    near 1e5, float32 rounding alone moves a near-zero element of dQ by 0.02 to 0.1, so an
+    unscaled atol of 0.01 failed correct kernels (the base's hidden beyond_float16[triton] test)."""
+    V = call.known.get("V")
+    if name not in ("O", "dQ", "dK") or not isinstance(V, torch.Tensor) or V.numel() == 0:
+        return 1.0
+    return max(1.0, float(V.detach().to(torch.float64).pow(2).mean().sqrt()))
+
+
 def _shape_candidates(base: torch.Tensor, shape: tuple[int, ...]) -> list[tuple[str, torch.Tensor]]:
     found = []
     if tuple(base.shape) == shape:
@@ -369,7 +381,8 @@ class Replays:
             tol = tolerance(output.dtype, name, "triton")
         except ValueError:
             return False
-        bound = tol.atol + tol.rtol * expected.abs() + tol.max_frac * float(expected.abs().max() if expected.numel() else 0)
+        atol = tol.atol * value_scale(call, name)
+        bound = atol + tol.rtol * expected.abs() + tol.max_frac * float(expected.abs().max() if expected.numel() else 0)
         small_expected, small_bound = _sample(expected), _sample(bound) if bound.dim() else bound
         for view in views:
             if view.numel() != expected.numel() or not view.is_floating_point():
