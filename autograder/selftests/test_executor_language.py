@@ -67,9 +67,9 @@ def _submission(root: Path) -> Path:
     return root
 
 
-def test_a_request_after_a_device_function_call_finds_the_language_as_imported(tmp_path, monkeypatch):
-    import torch
-
+@pytest.fixture
+def adapters(tmp_path, monkeypatch):
+    """The test submission's adapters, served by an executor under Triton's interpreter."""
     from tests.executor.client import Executor
     from tests.executor.process import ExecutorSettings
     from tests.executor.proxies import RemoteAdapters
@@ -79,14 +79,19 @@ def test_a_request_after_a_device_function_call_finds_the_language_as_imported(t
                                          test_timeout_s=120.0))
     try:
         executor.begin_test()
-        adapters = RemoteAdapters(executor)
-        assert adapters.language_patched_by_the_interpreter() == []
-        x = torch.arange(8, dtype=torch.float32)
-        assert torch.equal(adapters.run_kernel(x), x)  # the launch succeeds
-        left = adapters.language_patched_by_the_interpreter()
-        assert left == [], f"the next request ran on a language the kernel left patched: {len(left)} names, {left[:5]}"
+        yield RemoteAdapters(executor)
     finally:
         executor.stop()
+
+
+def test_a_request_after_a_device_function_call_finds_the_language_as_imported(adapters):
+    import torch
+
+    assert adapters.language_patched_by_the_interpreter() == []
+    x = torch.arange(8, dtype=torch.float32)
+    assert torch.equal(adapters.run_kernel(x), x)  # the launch succeeds
+    left = adapters.language_patched_by_the_interpreter()
+    assert left == [], f"the next request ran on a language the kernel left patched: {len(left)} names, {left[:5]}"
 
 
 def _outcome(call) -> str:
@@ -96,30 +101,18 @@ def _outcome(call) -> str:
         return f"{type(error).__name__}: {str(error).splitlines()[0]}"
 
 
-def test_what_the_submissions_code_does_outside_a_kernel_does_not_depend_on_earlier_kernels(tmp_path, monkeypatch):
+def test_what_the_submissions_code_does_outside_a_kernel_does_not_depend_on_earlier_kernels(adapters):
     """The same call, before and after other requests ran Triton code: the same outcome, Triton's
     refusal of a language function outside a kernel (after the interpreter had left its patches
     from these requests, the call returned 4 instead)."""
     import torch
 
-    from tests.executor.client import Executor
-    from tests.executor.process import ExecutorSettings
-    from tests.executor.proxies import RemoteAdapters
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    executor = Executor(ExecutorSettings(submission=_submission(tmp_path / "submission"), workdir=tmp_path / "work",
-                                         test_timeout_s=120.0))
-    try:
-        executor.begin_test()
-        adapters = RemoteAdapters(executor)
-        assert adapters.cdiv_outside_a_kernel() == 3
-        first = _outcome(adapters.maximum_outside_a_kernel)
-        assert first.startswith("ValueError"), first
-        assert adapters.cdiv_outside_a_kernel() == 3
-        adapters.run_kernel(torch.arange(8, dtype=torch.float32))
-        assert _outcome(adapters.maximum_outside_a_kernel) == first
-    finally:
-        executor.stop()
+    assert adapters.cdiv_outside_a_kernel() == 3
+    first = _outcome(adapters.maximum_outside_a_kernel)
+    assert first.startswith("ValueError"), first
+    assert adapters.cdiv_outside_a_kernel() == 3
+    adapters.run_kernel(torch.arange(8, dtype=torch.float32))
+    assert _outcome(adapters.maximum_outside_a_kernel) == first
 
 
 def test_the_snapshot_sets_back_what_a_launch_left_and_nothing_else(tmp_path):
