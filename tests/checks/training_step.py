@@ -60,8 +60,8 @@ class StepConfig:
     update_rtol: float | None = None  # 16-bit configs instead: each tensor's update (after - initial) within
     #                                   update_rtol of the trusted update, in norm: ||got - truth|| / ||truth||
     ranks_atol: float = 1e-6   # the ranks' parameters after the gate: at most this far apart (one model)
-    trusted_fits: bool = True  # the trusted run fits one process on one device (False: the board's trusted FSDP
-    #                            run, leaderboard/training_step/trusted_fsdp.py, over world_size processes)
+    trusted_fits: bool = True  # the trusted run fits one process on one device (False: the course board's trusted
+    #                            FSDP run over world_size processes; trusted_run here is then not used)
     trusted_offload: bool = False  # that FSDP run keeps its sharded weights, gradients and AdamW state in host
     #                               memory (FSDP2's CPUOffloadPolicy; CUDA only), so that a GPU holds only activations
     compared_elements: int | None = None  # the gate compares every element of each parameter (None), or at most
