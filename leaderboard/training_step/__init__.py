@@ -5,7 +5,9 @@ forward, the cross-entropy loss, the backward and the AdamW update of the provid
 LM, on two ranks. Each rank's code (``rank.py``) builds the model and the data, hands the model
 to the submission's ``adapters.get_training_step``, runs a few steps for the correctness gate,
 then times the step itself; the verdicts (``verdict.py``) are made in the parent process
-against a trusted single-process run (``trusted.py``). See README.md, "The training-step board".
+against a trusted single-process run (``trusted.py``), or, where the training state does not fit
+one process (the official 8B config), a trusted FSDP2 run on the same ranks' launcher
+(``trusted_fsdp.py``). See README.md, "The training-step board".
 
     python -m leaderboard.training_step run path/to/submission --cpu   # CPU, gloo, tiny config
 """

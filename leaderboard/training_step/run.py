@@ -1,8 +1,8 @@
 """Run one submission on the training-step board: start the ranks, compute the truth, judge, report.
 
 Read by ``__main__.py`` and leaderboard/tests/test_training_step_cpu.py. The submission runs
-only in the ranks (started by part 2's launcher); this process builds the trusted run and
-makes the verdict. A ``--cpu`` run uses the tiny config with gloo on the CPU; the official run uses
+only in the ranks (started by part 2's launcher); this process computes the trusted run (in
+this process, or on configs that do not fit one, trusted_fsdp.py's ranks) and makes the verdict. A ``--cpu`` run uses the tiny config with gloo on the CPU; the official run uses
 NCCL on two GPUs.
 """
 
@@ -29,6 +29,7 @@ DEFAULT_STORE = STORE_DIR / "training_step.jsonl"
 """The training-step board's records (the FlashAttention board's store format, a file of its own)."""
 CHECKS = ("gate", "different_model", "no_update", "no_communication", "work_skipped_when_timed")
 from .trusted import trusted_run
+from .trusted_fsdp import trusted_fsdp_run
 from .verdict import judge
 
 
@@ -47,12 +48,13 @@ class Outcome:
 
 
 def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: str = "gloo") -> Outcome:
-    """Run ``submission`` (a directory holding adapters.py) on ``config``; never raises for the submission's faults."""
+    """Run ``submission`` (a directory holding adapters.py) on ``config``; never raises for the submission's faults.
+
+    The truth is trusted.py's single-process run where ``config.trusted_fits``, else
+    trusted_fsdp.py's FSDP run on ``config.world_size`` processes of ``backend`` (started after
+    the submission's ranks are done; it raises RuntimeError if it fails, a fault of the harness).
+    """
     config = CONFIGS[config] if isinstance(config, str) else config
-    if not config.trusted_fits:
-        raise NotImplementedError(
-            f"the {config.name!r} config's trusted run is not built yet: it needs an FSDP run over two GPUs (the 8B "
-            "model's training state does not fit one); use the 'small' config on two GPUs, or 'tiny' on the CPU")
     adapters_file = Path(submission).resolve() / "adapters.py"
     if not adapters_file.is_file():
         raise FileNotFoundError(f"{submission} is not a submission: it has no adapters.py")
@@ -72,7 +74,8 @@ def run(submission: str | Path, config: StepConfig | str = "tiny", *, backend: s
         return refused([f"crash: rank {rank}: {text.strip().splitlines()[-1] if text.strip() else text}"
                         for rank, text in sorted(result["errors"].items())])
     device = "cpu" if backend == "gloo" else "cuda"
-    truth = trusted_run(settings, device)
+    # After the ranks have exited: on the official config the trusted run needs the same GPUs.
+    truth = trusted_run(settings, device) if config.trusted_fits else trusted_fsdp_run(settings, backend)
     reasons = judge(result["ranks"], truth, settings)
     times = [r["value"]["times_ms"] for r in result["ranks"]]
     median = max(statistics.median(t) for t in times)

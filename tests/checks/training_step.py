@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from tests.checks.parallel_checks import ranks_of
 from tests.executor.probes import run_probe
-from tests.executor.probes.training_step import build_model, global_batch
+from tests.executor.probes.training_step import build_model, compared, global_batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,12 @@ class StepConfig:
     update_rtol: float | None = None  # 16-bit configs instead: each tensor's update (after - initial) within
     #                                   update_rtol of the trusted update, in norm: ||got - truth|| / ||truth||
     ranks_atol: float = 1e-6   # the ranks' parameters after the gate: at most this far apart (one model)
-    trusted_fits: bool = True  # the trusted single-process run fits one device (False: not built yet)
+    trusted_fits: bool = True  # the trusted run fits one process on one device (False: the course board's trusted
+    #                            FSDP run over world_size processes; trusted_run here is then not used)
+    trusted_offload: bool = False  # that FSDP run keeps its sharded weights, gradients and AdamW state in host
+    #                               memory (FSDP2's CPUOffloadPolicy; CUDA only), so that a GPU holds only activations
+    compared_elements: int | None = None  # the gate compares every element of each parameter (None), or at most
+    #                                       this many per tensor, a fixed sample (probes.training_step.compared_indices)
     optimizer: tuple = (("lr", 1e-3), ("betas", (0.9, 0.95)), ("eps", 1e-8), ("weight_decay", 0.1))
 
     @property
@@ -94,10 +99,11 @@ def trusted_run(config: dict, device: str = "cpu") -> dict:
     """{"initial": {name: tensor}, "losses": [loss of step s, before its update], "params": {name: tensor}}.
 
     One process, the whole global batch, plain AdamW: data parallelism over equal slices with the
-    gradients averaged must give the same losses and parameters.
+    gradients averaged must give the same losses and parameters. Each parameter is given as the
+    gate compares it (``compared``: float32 on the CPU, whole or the config's sample).
     """
     model = build_model(config, device)
-    initial = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
+    initial = {name: compared(name, p, config) for name, p in model.named_parameters()}
     inputs, targets = global_batch(config)
     x, y = inputs.to(device), targets.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), **dict(config["optimizer"]))
@@ -111,7 +117,7 @@ def trusted_run(config: dict, device: str = "cpu") -> dict:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    params = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
+    params = {name: compared(name, p, config) for name, p in model.named_parameters()}
     return {"initial": initial, "losses": losses, "params": params}
 
 

@@ -13,13 +13,14 @@ a rank; every collective is logged). Each rank runs :func:`run_rank`:
 3. hands the model to ``adapters.get_training_step(model, optimizer_settings, compute_dtype)``,
    which returns an object with ``step(inputs, targets) -> loss`` and ``full_parameters()``;
 4. runs ``gate_steps`` steps, marking each with ("step", s) in the event log, and reports the
-   losses and the full parameters;
+   losses and the parameters as the gate compares them (:func:`compared`: whole, or on the
+   official config a fixed sample of each tensor's elements);
 5. calls the step again, marking each call with ("timed_call", i): on CUDA, warm-up for
    ``warmup_ms`` then measurement for ``rep_ms`` with CUDA events around each call, as
    ``triton.testing.do_bench`` does, the call counts fixed by rank 0's estimate and shared with
    every rank (both ranks must make the same collectives); on the CPU, ``warmup_calls`` untimed
    calls, then ``rep_calls`` calls each timed with ``time.perf_counter``; then it reports the
-   full parameters again, and on CUDA the peak memory allocated from the model's hand-over to
+   compared parameters again, and on CUDA the peak memory allocated from the model's hand-over to
    the end of the timing (``torch.cuda.max_memory_allocated``; the model's own weights included).
 
 The step is timed here, never by the submission. What comes back is data; every verdict is
@@ -33,6 +34,7 @@ import importlib
 import importlib.util
 import statistics
 import time
+import zlib
 from pathlib import Path
 
 import torch
@@ -68,6 +70,31 @@ def global_batch(config: dict) -> tuple[torch.Tensor, torch.Tensor]:
     tokens = torch.randint(0, config["vocab_size"], (config["batch_size"], config["context_length"] + 1),
                            generator=generator)  # (batch, seq + 1)
     return tokens[:, :-1], tokens[:, 1:]
+
+
+def compared_indices(name: str, numel: int, config: dict) -> torch.Tensor | None:
+    """The flat indices of parameter ``name``'s elements that the gate compares; None: every element.
+
+    The rule: with ``config["compared_elements"]`` None, or a tensor of at most that many
+    elements, every element; otherwise that many indices drawn uniformly (with replacement, then
+    sorted and deduplicated, so a few fewer) by a generator seeded with ``config["seed"]`` and the
+    CRC-32 of ``name``. The same on every rank, in the trusted run and in every run of the config;
+    it spreads over all rows and columns, which a strided sample of a (rows, 4096) weight would not.
+    """
+    wanted = config.get("compared_elements")
+    if wanted is None or numel <= wanted:
+        return None
+    generator = torch.Generator().manual_seed(config["seed"] * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randint(0, numel, (wanted,), generator=generator).unique()  # (<= wanted,), sorted
+
+
+def compared(name: str, tensor: torch.Tensor, config: dict) -> torch.Tensor:
+    """What the gate compares of parameter ``name``: float32 on the CPU, the whole tensor (its shape
+    kept) or, where :func:`compared_indices` samples, the 1-D sample of its flattened elements."""
+    indices = compared_indices(name, tensor.numel(), config)
+    if indices is None:
+        return tensor.detach().float().cpu().clone()
+    return tensor.detach().reshape(-1)[indices.to(tensor.device)].float().cpu()  # (<= compared_elements,)
 
 
 def _time_cpu(step, config: dict) -> list[float]:
@@ -127,11 +154,11 @@ def run_rank(adapters, *, rank: int, world_size: int, device: str, config: dict)
         record("step", s)
         losses.append(float(trainer.step(x, y)))
     record("gate_done")
-    params = {name: value.detach().float().cpu().clone() for name, value in trainer.full_parameters().items()}
+    params = {name: compared(name, value, config) for name, value in trainer.full_parameters().items()}
     timed = functools.partial(trainer.step, x, y)
     times = _time_cuda(timed, config, device) if cuda else _time_cpu(timed, config)
     peak = torch.cuda.max_memory_allocated(device) if cuda else None  # the gate's and the timing's peak
-    after = {name: value.detach().float().cpu().clone() for name, value in trainer.full_parameters().items()}
+    after = {name: compared(name, value, config) for name, value in trainer.full_parameters().items()}
     return {"losses": losses, "params": params, "times_ms": times, "median_ms": statistics.median(times),
             "params_after_timing": after, "peak_bytes": peak}
 
