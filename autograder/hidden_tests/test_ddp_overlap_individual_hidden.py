@@ -1,20 +1,22 @@
 """Hidden tests of §3.4 ddp_overlap_individual: the provided LM, CS336 2025's adapter names, an unused
-parameter under AdamW, the overlap on 3 ranks (launched during the backward and not waited on
+parameter under AdamW (in float64), a chain in bfloat16 (gradients sent and kept in the model's dtype), the overlap on 3 ranks (launched during the backward and not waited on
 there), repeated to catch races, a frozen weight that gets no all-reduce, and state that stays
 bounded over steps under both zero_grad modes."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.checks.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
                                    gradient_numels, run_ddp)
 
 
-@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),
-                         [("lm", 3, "AdamW", 1e-2), ("frozen", 2, "AdamW", 1e-2)])
-def test_ddp_matches_single_process_training(adapters, model, world_size, optimizer, lr):
-    run_ddp(adapters, "individual", model, world_size, optimizer=optimizer, lr=lr)
+@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),
+                         [("lm", 3, "AdamW", 1e-2, "float32"), ("frozen", 2, "AdamW", 1e-2, "float64"),
+                          ("chain", 2, "SGD", 0.05, "bfloat16")])
+def test_ddp_matches_single_process_training(adapters, model, world_size, optimizer, lr, dtype):
+    run_ddp(adapters, "individual", model, world_size, optimizer=optimizer, lr=lr, dtype=getattr(torch, dtype))
 
 
 def test_ddp_2025_adapter_names(adapters):
