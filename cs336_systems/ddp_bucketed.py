@@ -47,7 +47,8 @@ class DDPBucketed(torch.nn.Module):
     - ``finish_gradient_synchronization()``: launch the buckets that never filled (a parameter
       of theirs got no gradient this step: all-reduce the gradients that exist, leave the
       missing ones None), wait for every bucket, divide by the world size and copy the means
-      back into the parameters' ``.grad``.
+      back into the parameters' ``.grad``, each in its own dtype (the tests train float64 and
+      bfloat16 models too).
     - ``on_train_batch_start()``: reset whatever per-step bookkeeping you keep. No handle or
       buffer of an old step may outlive the next step's synchronisation (the tests train several
       steps, with ``zero_grad(set_to_none=False)`` too). A frozen parameter belongs to no bucket.

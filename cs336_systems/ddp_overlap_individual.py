@@ -48,7 +48,8 @@ class DDPIndividualParameters(torch.nn.Module):
       holds its mean over the ranks, then forget those handles: the next step must not wait
       for, or divide, them again (with ``zero_grad(set_to_none=False)`` the same ``.grad``
       tensors live on from step to step). Parameters that got no gradient keep ``.grad`` None;
-      frozen parameters are never all-reduced.
+      frozen parameters are never all-reduced. Each gradient is sent, and stays, in its
+      parameter's dtype (the tests train float64 and bfloat16 models too).
 
     The tests check the values (against one process training the whole batch, with either
     ``zero_grad`` mode), one all-reduce per gradient per step, the overlap (the all-reduce of a

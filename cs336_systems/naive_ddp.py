@@ -43,6 +43,8 @@ def all_reduce_gradients(module: torch.nn.Module) -> None:
     For every parameter of ``module`` whose ``.grad`` is not None (each tensor once, so a tied
     weight is reduced once), sum the gradient over the ranks with ``dist.all_reduce`` and divide
     it by the world size, in place. Parameters without a gradient (frozen, or unused by the
-    forward) keep ``.grad`` None. Returns after every gradient holds its mean.
+    forward) keep ``.grad`` None. Returns after every gradient holds its mean. Each gradient is
+    sent, and stays, in its parameter's dtype (the tests train float32, float64 and bfloat16
+    models).
     """
     raise not_implemented(__file__, "all_reduce_gradients", _SECTION)

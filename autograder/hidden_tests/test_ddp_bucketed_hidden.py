@@ -2,7 +2,7 @@
 one bucket per parameter, three layers exactly at the limit, the overlap on 3 ranks (launched
 during the backward and not waited on there), a frozen weight left out of the buckets, and state
 that stays bounded over steps; float64 parameters, whose buckets hold half as many elements and
-go out in float64."""
+go out in float64, and a model in bfloat16 (buckets sent, and gradients kept, in the model's dtype)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from tests.checks.parallel_checks import (all_reduces, assert_not_waited_before,
 MIB = 2**20
 
 
-@pytest.mark.parametrize(("model", "world_size", "optimizer", "bucket_size_mb"),
-                         [("lm", 3, "AdamW", 0.004), ("frozen", 3, "AdamW", None), ("frozen", 2, "SGD", 1e-7)])
-def test_ddp_bucketed_matches_single_process_training(adapters, model, world_size, optimizer, bucket_size_mb):
-    run_ddp(adapters, "bucketed", model, world_size, optimizer=optimizer, lr=1e-2, bucket_size_mb=bucket_size_mb)
+@pytest.mark.parametrize(("model", "world_size", "optimizer", "bucket_size_mb", "dtype"),
+                         [("lm", 3, "AdamW", 0.004, "float32"), ("frozen", 3, "AdamW", None, "float32"),
+                          ("frozen", 2, "SGD", 1e-7, "bfloat16")])
+def test_ddp_bucketed_matches_single_process_training(adapters, model, world_size, optimizer, bucket_size_mb, dtype):
+    run_ddp(adapters, "bucketed", model, world_size, optimizer=optimizer, lr=1e-2, bucket_size_mb=bucket_size_mb,
+            dtype=getattr(torch, dtype))
 
 
 @pytest.mark.parametrize(("bucket_bytes", "buckets"), [

@@ -1,20 +1,22 @@
-"""Hidden tests of §3.3 ddp_flat: the provided LM, AdamW, and one all-reduce on 3 ranks."""
+"""Hidden tests of §3.3 ddp_flat: the provided LM, AdamW, a chain in float64, and one all-reduce on 3 ranks
+of a model in bfloat16 (the flat buffer sent, and the gradients kept, in the model's dtype)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.checks.parallel_checks import all_reduces, gradient_numels, run_ddp
 
 
-@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),
-                         [("lm", 2, "AdamW", 1e-2), ("chain", 3, "SGD", 0.05)])
-def test_ddp_flat_matches_single_process_training(adapters, model, world_size, optimizer, lr):
-    run_ddp(adapters, "flat", model, world_size, optimizer=optimizer, lr=lr)
+@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),
+                         [("lm", 2, "AdamW", 1e-2, "float32"), ("chain", 3, "SGD", 0.05, "float64")])
+def test_ddp_flat_matches_single_process_training(adapters, model, world_size, optimizer, lr, dtype):
+    run_ddp(adapters, "flat", model, world_size, optimizer=optimizer, lr=lr, dtype=getattr(torch, dtype))
 
 
 def test_ddp_flat_one_all_reduce_on_three_ranks(adapters):
-    ranks = run_ddp(adapters, "flat", "tied", 3, steps=2)
+    ranks = run_ddp(adapters, "flat", "tied", 3, steps=2, dtype=torch.bfloat16)  # values and dtypes in bfloat16 too
     total = sum(gradient_numels("tied"))
     for rank, result in enumerate(ranks):
         for step in range(2):

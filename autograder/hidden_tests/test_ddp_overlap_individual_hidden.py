@@ -1,24 +1,26 @@
-"""Hidden tests of §3.4 ddp_overlap_individual: the provided LM, CS336 2025's adapter names, an unused
-parameter under AdamW, the overlap on 3 ranks (launched during the backward and not waited on
+"""Hidden tests of §3.4 ddp_overlap_individual: the provided LM, CS336 2025's adapter names (on a
+bfloat16 model), an unused parameter under AdamW (in float64), the gradients sent and kept in
+the model's dtype, the overlap on 3 ranks (launched during the backward and not waited on
 there), repeated to catch races, a frozen weight that gets no all-reduce, and state that stays
 bounded over steps under both zero_grad modes."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.checks.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
                                    gradient_numels, run_ddp)
 
 
-@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),
-                         [("lm", 3, "AdamW", 1e-2), ("frozen", 2, "AdamW", 1e-2)])
-def test_ddp_matches_single_process_training(adapters, model, world_size, optimizer, lr):
-    run_ddp(adapters, "individual", model, world_size, optimizer=optimizer, lr=lr)
+@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),
+                         [("lm", 3, "AdamW", 1e-2, "float32"), ("frozen", 2, "AdamW", 1e-2, "float64")])
+def test_ddp_matches_single_process_training(adapters, model, world_size, optimizer, lr, dtype):
+    run_ddp(adapters, "individual", model, world_size, optimizer=optimizer, lr=lr, dtype=getattr(torch, dtype))
 
 
 def test_ddp_2025_adapter_names(adapters):
-    ranks = run_ddp(adapters, "individual", "tied", 3, api="2025", steps=2)
+    ranks = run_ddp(adapters, "individual", "tied", 3, api="2025", steps=2, dtype=torch.bfloat16)  # values, dtypes too
     for rank, result in enumerate(ranks):
         got = all_reduces(result["events"], ("backward_begin", 1), ("synced", 1))
         assert_same_numels(got, gradient_numels("tied"), f"rank {rank}, step 1, through get_ddp_individual_parameters")

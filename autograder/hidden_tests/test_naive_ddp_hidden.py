@@ -1,16 +1,19 @@
-"""Hidden tests of §3.2 naive_ddp: the provided LM on 3 ranks with AdamW, an unused parameter under AdamW, call counts."""
+"""Hidden tests of §3.2 naive_ddp: the provided LM on 3 ranks with AdamW, an unused parameter under AdamW
+(in float64), a chain in bfloat16 (gradients sent and kept in the model's dtype), call counts."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.checks.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
 
 
-@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),
-                         [("lm", 3, "AdamW", 1e-2), ("frozen", 2, "AdamW", 1e-2), ("chain", 3, "SGD", 0.05)])
-def test_naive_ddp_matches_single_process_training(adapters, model, world_size, optimizer, lr):
-    run_ddp(adapters, "naive", model, world_size, optimizer=optimizer, lr=lr)
+@pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),
+                         [("lm", 3, "AdamW", 1e-2, "float32"), ("frozen", 2, "AdamW", 1e-2, "float64"),
+                          ("chain", 3, "SGD", 0.05, "bfloat16")])
+def test_naive_ddp_matches_single_process_training(adapters, model, world_size, optimizer, lr, dtype):
+    run_ddp(adapters, "naive", model, world_size, optimizer=optimizer, lr=lr, dtype=getattr(torch, dtype))
 
 
 def test_naive_ddp_all_reduce_count_on_three_ranks(adapters):

@@ -105,49 +105,119 @@ def assert_optimizer_state_close(got: dict, expected: dict, *, what: str, contex
 
 # -- DDP -----------------------------------------------------------------------------------
 
+DDP_TOLERANCE = {torch.float32: FP32_TOLERANCE, torch.float64: {"atol": 1e-12, "rtol": 1e-10},
+                 torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}, torch.float16: {"atol": 2e-3, "rtol": 2e-3}}
+"""A data-parallel run against the whole-batch run in the same dtype: only the order of the sums
+differs, so each dtype gets a few of its own rounding steps. float64's bound is far below
+float32's rounding (about 6e-8 relative): gradients that went through a float32 buffer fail it."""
+
+
+def state_in_dtype(state: dict[str, torch.Tensor], dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
+    """``state``'s floating tensors in ``dtype``; in a dtype finer than float32, moved off float32's grid.
+
+    The models are built in float32, so their values cast to float64 survive a float32 round
+    trip exactly; a tiny seeded offset (about 1e-6 of each value) gives them digits float32
+    cannot hold, so that a broadcast or an all-reduce through a float32 buffer changes them.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    finer = torch.finfo(dtype).eps < torch.finfo(torch.float32).eps
+    out = {}
+    for name, value in state.items():
+        if not value.is_floating_point():
+            out[name] = value.clone()
+            continue
+        value = value.to(dtype)
+        if finer:
+            value = value * (1 + 1e-6 * torch.randn(value.shape, generator=generator, dtype=dtype))
+        out[name] = value
+    return out
+
+
+def assert_dtypes_kept(got: dict, dtype: torch.dtype, *, what: str, context: str) -> None:
+    """Every floating tensor of ``got`` ({name: tensor or None}) is in ``dtype``, the model's."""
+    other = {name: str(t.dtype).removeprefix("torch.") for name, t in got.items()
+             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dtype}
+    name = str(dtype).removeprefix("torch.")
+    assert not other, (
+        f"{what} must keep the dtype of its parameter ({name}: the whole model is {name}); got {other} ({context}). "
+        f"Allocate each buffer with the gradients' dtype (torch.empty(n) is the default dtype, float32) and "
+        f"write the averages back into each .grad in its own dtype")
+
+
+def assert_sent_in_dtype(events: list[tuple], steps: int, dtype: torch.dtype, context: str) -> None:
+    """Every collective logged between each step's ("backward_begin", s) and ("synced", s) went out in ``dtype``.
+
+    The gradients of a model in ``dtype`` are in ``dtype``: a buffer of another dtype (the
+    default float32, or float64 "for accuracy") sends other bytes than the contract's, and
+    rounds the gradients (or hides rounding a run in ``dtype`` has).
+    """
+    name = str(dtype).removeprefix("torch.")
+    for step in range(steps):
+        window = events[events.index(("backward_begin", step)):events.index(("synced", step))]
+        other = [f"{e[0]} of {e[1]} {e[2]} elements" for e in window if e[0] in COLLECTIVE_NAMES and e[2] != name]
+        assert not other, (
+            f"{context}, step {step}: the gradients are {name}, but the step sent {other}: communicate each "
+            f"gradient (or each flat buffer of gradients) in the gradients' own dtype")
+
 
 def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
             lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
             rows: int = 6, backend: str = "gloo", set_to_none: bool = True,
-            keyword_input: bool = False) -> list[dict]:
+            keyword_input: bool = False, dtype: torch.dtype = torch.float32) -> list[dict]:
     """Train ``model`` with DDP ``variant`` on ``world_size`` ranks and check it against one process.
 
     ``set_to_none``: how the training loop clears gradients before each step
     (``optimizer.zero_grad(set_to_none=...)``); with False the same ``.grad`` tensors live on
     from step to step, so a gradient averaged twice shows in the values. ``keyword_input``: the
     wrapper is called with the input as a keyword argument (``ddp(x=inputs)``), which a wrapper's
-    forward must pass on to the module as any ``nn.Module`` call does.
+    forward must pass on to the module as any ``nn.Module`` call does. ``dtype``: the whole model
+    (parameters, buffers, floating inputs) is in that dtype on every rank and in the truth;
+    a float64 model starts from values float32 cannot hold (``state_in_dtype``).
 
-    Checks: right after wrapping every rank holds rank 0's parameters and buffers (not for
-    "flat", whose ranks start equal); after the first step's synchronisation every rank's
-    gradients equal the whole batch's; after ``steps`` steps every rank's parameters, buffers
-    and optimizer state equal the whole-batch run's. Returns the ranks' results ({"value", "events"}) for further checks.
+    Checks: right after wrapping every rank holds rank 0's parameters and buffers, bit for bit
+    (not for "flat", whose ranks start equal); each step's gradient collectives go out in
+    ``dtype``; after the first step's synchronisation every rank's gradients are in ``dtype`` and
+    equal the whole batch's; after ``steps`` steps every rank's parameters and buffers (in
+    ``dtype``) and optimizer state equal the whole-batch run's, within ``DDP_TOLERANCE[dtype]``.
+    Returns the ranks' results ({"value", "events"}) for further checks.
     """
+    name = str(dtype).removeprefix("torch.")
     init = reference.initial_state(model, seed)
+    if dtype != torch.float32:
+        init = state_in_dtype(init, dtype, seed)
     inputs, targets = batch(model, rows, seed + 1)
     settings = dict(variant=variant, model=model, init_state=init, inputs=inputs, targets=targets, steps=steps,
                     optimizer=optimizer, lr=lr, bucket_size_mb=bucket_size_mb, api=api, set_to_none=set_to_none,
-                    keyword_input=keyword_input)
-    context = (f"{variant} DDP of the {model!r} model on {world_size} ranks, {rows // world_size} rows each, "
-               f"{optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else "")
+                    keyword_input=keyword_input, dtype=None if dtype == torch.float32 else name)
+    context = (f"{variant} DDP of the {model!r} model in {name} on {world_size} ranks, {rows // world_size} rows "
+               f"each, {optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else "")
                + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))")
                + (", called as ddp(x=inputs) (a keyword argument)" if keyword_input else ""))
     context += f", {backend}"
     ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
                      context)
     assert_every_handle_waited(ranks, steps, context)
-    truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr)
+    truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr,
+                            dtype=None if dtype == torch.float32 else dtype)
+    tolerance = DDP_TOLERANCE[dtype]
     for rank, result in enumerate(ranks):
         where = f"{context}; rank {rank}"
         value = result["value"]
+        assert_sent_in_dtype(result["events"], steps, dtype, where)
         if variant != "flat":
+            assert_dtypes_kept(value["after_wrap"], dtype, what="right after wrapping, every parameter and buffer",
+                               context=where)
             assert_state_close(value["after_wrap"], init, what="right after wrapping, the parameter or buffer",
                                context=where + " (every rank must start from rank 0's values: broadcast them)",
                                exact=True)
+        assert_dtypes_kept(value["grads"], dtype, what="after the first backward and sync, every gradient",
+                           context=where)
         assert_state_close(value["grads"], truth["grads"], what="after the first backward and sync, the gradient",
+                           context=where, tolerance=tolerance)
+        assert_dtypes_kept(value["final"], dtype, what=f"after {steps} steps, every parameter and buffer",
                            context=where)
         assert_state_close(value["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
-                           context=where)
+                           context=where, tolerance=tolerance)
         assert_optimizer_state_close(value["optimizer_state"], truth["optimizer_state"],
                                      what=f"after {steps} steps, the optimizer's state", context=where)
     return ranks
@@ -303,36 +373,22 @@ def check_buckets_in_dtype(adapters, dtype: torch.dtype, bucket_bytes: int, buck
     """Bucketed DDP of 'chain' with parameters in ``dtype``: buckets sized in bytes of that dtype, sent in it.
 
     ``bucket_size_mb`` is a size (MiB), so a bucket holds half as many float64 elements as float32
-    ones: the all-reduces must be exactly ``buckets`` (elements), each in ``dtype`` (a bucket
-    flattened into float32 sends other bytes than the contract's), and the gradients after the
-    first step must equal the whole batch's (compared in float32).
+    ones: the all-reduces must be exactly ``buckets`` (elements). ``run_ddp`` in ``dtype`` checks
+    the rest: each bucket sent in ``dtype`` (a bucket flattened into float32 sends other bytes
+    than the contract's), and the gradients and parameters kept in ``dtype`` and equal to the
+    whole batch's within that dtype's tolerance.
     """
     name = str(dtype).removeprefix("torch.")
     numels = [a * b for a, b in zip(models.CHAIN_WIDTHS, models.CHAIN_WIDTHS[1:])][::-1]
-    init = reference.initial_state("chain", 0)
-    inputs, targets = batch("chain", 6, 1)
-    settings = dict(variant="bucketed", model="chain", init_state=init, inputs=inputs, targets=targets, steps=steps,
-                    optimizer="SGD", lr=0.1, bucket_size_mb=bucket_bytes / 2**20, dtype=name)
+    ranks = run_ddp(adapters, "bucketed", "chain", world_size, steps=steps, bucket_size_mb=bucket_bytes / 2**20,
+                    dtype=dtype)
     context = (f"bucketed DDP of the 'chain' model in {name} on {world_size} ranks, bucket_size_mb = {bucket_bytes} "
                f"bytes / 2**20 (weights of {numels} {name} elements of "
                f"{torch.tensor([], dtype=dtype).element_size()} bytes, last layer first)")
-    ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S), context)
-    assert_every_handle_waited(ranks, steps, context)
-    truth = reference.train("chain", init, inputs, targets, steps=1, optimizer="SGD", lr=0.1)
     for rank, result in enumerate(ranks):
-        events = result["events"]
         for step in range(steps):
-            window = events[events.index(("backward_begin", step)):events.index(("synced", step))]
-            sent = [e for e in window if e[0] == "all_reduce"]
-            assert_same_numels([e[1] for e in sent], buckets, f"{context}; rank {rank}, step {step}")
-            other = sorted({e[2] for e in sent} - {name})
-            assert not other, (
-                f"{context}; rank {rank}, step {step}: the buckets were all-reduced in {other}, the gradients are "
-                f"{name}: flatten each bucket in its gradients' dtype (a cast changes the bytes sent and rounds "
-                f"the gradients)")
-        grads = {key: None if value is None else value.float() for key, value in result["value"]["grads"].items()}
-        assert_state_close(grads, truth["grads"], what="after the first backward and sync, the gradient",
-                           context=f"{context}; rank {rank}")
+            got = all_reduces(result["events"], ("backward_begin", step), ("synced", step))
+            assert_same_numels(got, buckets, f"{context}; rank {rank}, step {step}")
 
 
 def check_frozen_weight_left_out_of_buckets(adapters, world_size: int, bucket_bytes: int, buckets: list[int],

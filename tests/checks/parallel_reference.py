@@ -45,18 +45,27 @@ def _sharded_weights(model: torch.nn.Module) -> set[str]:
 
 def train(name: str, init_state: dict, inputs: torch.Tensor, targets: torch.Tensor, *, steps: int,
           optimizer: str, lr: float, compute_dtype: torch.dtype | None = None,
-          groups: list[list[str]] | None = None, add_group_at: int | None = None) -> dict:
+          groups: list[list[str]] | None = None, add_group_at: int | None = None,
+          dtype: torch.dtype | None = None) -> dict:
     """Train model ``name`` from ``init_state`` on the whole batch; return first-step grads and every step's state.
 
     ``compute_dtype``: the Linear and Embedding weights are cast to it for the forward and
     backward (float32 master weights, float32 gradients), as an FSDP with that dtype does.
     ``groups``/``add_group_at``: the parameters are split into named groups (lists of names);
     the optimizer starts with the first, and the second joins it, with lr / 2, before step
-    ``add_group_at``. Returns ``{"grads": {name: grad or None}, "states": [state after step s],
+    ``add_group_at``. ``dtype``: the model's parameters and buffers are cast to it before
+    ``init_state`` is loaded, and the floating inputs and targets are cast to it (as the DDP
+    probe does on every rank): the truth is trained, and its states and gradients returned, in
+    that dtype. Returns ``{"grads": {name: grad or None}, "states": [state after step s],
     "optimizer_state": {"<parameter>.<key>": tensor} after the last step}``.
     """
     model = build(name)
+    if dtype is not None:
+        model.to(dtype)
     model.load_state_dict(init_state)
+    if dtype is not None:
+        inputs = inputs.to(dtype) if inputs.is_floating_point() else inputs
+        targets = targets.to(dtype) if targets.is_floating_point() else targets
     params = dict(model.named_parameters())
     if groups is None:
         opt = make_optimizer(optimizer, model.parameters(), lr)

@@ -70,16 +70,18 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, variant: st
                dtype: str | None = None, keyword_input: bool = False) -> dict:
     """One rank's training run (a job of ``parallel_launch``).
 
-    ``dtype`` ("float64", say): the model's parameters and buffers, and the floating inputs and
-    targets, are cast to it before wrapping; the states and gradients reported keep their dtype.
+    ``dtype`` ("float64", say): the model's parameters and buffers are cast to it before the
+    initial state is loaded (so an ``init_state`` sent in that dtype keeps every digit), and the
+    floating inputs and targets are cast to it; the states and gradients reported keep their dtype.
     ``keyword_input``: the wrapped model is called as ``wrapped(x=inputs)`` (a module's forward
     takes keyword arguments; the toy models name their input ``x``).
     """
     net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES))
+    if dtype is not None:
+        net.to(getattr(torch, dtype))
     net.load_state_dict(init_state if variant == "flat" else models.perturbed(init_state, rank))
     net.to(device)
     if dtype is not None:
-        net.to(getattr(torch, dtype))
         inputs = inputs.to(getattr(torch, dtype)) if inputs.is_floating_point() else inputs
         targets = targets.to(getattr(torch, dtype)) if targets.is_floating_point() else targets  # CUDA's losses refuse mixed dtypes
     per_rank = inputs.shape[0] // world_size
