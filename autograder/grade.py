@@ -36,9 +36,10 @@ from autograder.executor_user import executor_limits, executor_python, protect_s
 from autograder.manifest import Manifest, load_manifest
 from autograder.progress import Progress
 from autograder.results import results_json, slowest_line, write_results
-from autograder.runner import KIT, TIME_LIMIT_RAN_OUT, SuiteRun, SuiteSpec, append_timeline
+from autograder.runner import TIME_LIMIT_RAN_OUT, SuiteRun, append_timeline
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
+from autograder.suite_spec import KIT, SuiteSpec
 from autograder.test_pool import Pool
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
@@ -163,7 +164,7 @@ def grade(options: GradeOptions) -> GradeReport:
                     f"per-test limit {plan.test_timeout:.0f} s, {plan.time_limit:.0f} s in all; "
                     + (f"the submission runs as {isolation.user}" if isolation.user
                        else "the submission runs as this user (--same-user)"))
-        specs = _suite_specs(options, manifest, plan, isolation, submission_dir, workdir, private, printer,
+        specs = _suite_specs(options, kit, manifest, plan, isolation, submission_dir, workdir, private, printer,
                              replay_lease.uid if replay_lease else None)
         if gpu_probe is not None and not gpu_probe.result():
             return _no_gpu(options, manifest, started)
@@ -321,12 +322,12 @@ def _plan(options: GradeOptions, kit: Path, manifest: Manifest, problems, notes:
                 options.test_timeout_s or manifest.settings.test_timeout_s, time_limit, started + time_limit, on_gpu)
 
 
-def _suite_specs(options: GradeOptions, manifest: Manifest, plan: Plan, isolation: Isolation, submission_dir: Path,
-                 workdir: Path, private: Path, printer: Progress, replay_uid: int | None) -> list[SuiteSpec]:
+def _suite_specs(options: GradeOptions, kit: Path, manifest: Manifest, plan: Plan, isolation: Isolation,
+                 submission_dir: Path, workdir: Path, private: Path, printer: Progress,
+                 replay_uid: int | None) -> list[SuiteSpec]:
     """One SuiteSpec per chain, with its share of its suite's tests (autograder/test_pool.py) and
     the grade's zygote to fork its test processes from."""
     settings = manifest.settings
-    kit = options.kit.resolve()
 
     def problem_of(nodeid: str) -> str:
         problem = manifest.problem_of_file(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])

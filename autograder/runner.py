@@ -30,7 +30,7 @@ from pathlib import Path
 from autograder.gpu_quiet import WAIT_LIMIT_S as GPU_WAIT_LIMIT_S
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
-from autograder.suite_spec import KIT, SuiteSpec, Verdict
+from autograder.suite_spec import SuiteSpec, Verdict
 from tests.executor.cpu_clock import WALL_FACTOR, Budget
 from tests.harness.gpu_marker import not_graded_message
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
-import os
 import select
 import time
 import weakref
