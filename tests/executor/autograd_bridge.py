@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+__tracebackhide__ = True  # pytest leaves the stand-in node out of a failure's traceback: plumbing, not the test
+
 if TYPE_CHECKING:
     from .client import Executor
 

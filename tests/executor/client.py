@@ -352,9 +352,18 @@ class Executor(ExecutorProcess):
         return replays.Call(known={"Q": Q, "K": K, "V": V, "O": O, "dO": dO, "L": L, "D": D}, outputs=outputs,
                             d=int(Q.shape[-1]), config=self._config_for("backward"), what="backward")
 
+    def _wrong_output(self, call: replays.Call) -> AssertionError | None:
+        """The tests' own mismatch error if one of ``call``'s outputs is wrong, else None: a
+        submission whose values are wrong fails on them, and learns what was wrong, before any
+        replay verdict (and without the replay's error chained to it: that is the grader's)."""
+        try:
+            self._raise_if_wrong(call)
+        except AssertionError as error:
+            return error
+        return None
+
     def _raise_if_wrong(self, call: replays.Call) -> None:
-        """Raise the tests' own mismatch error if one of ``call``'s outputs is wrong: a submission
-        whose values are wrong fails on them, and learns what was wrong, before any replay verdict."""
+        """Raise the tests' own mismatch error if one of ``call``'s outputs is wrong."""
         from tests.checks.assertions import assert_close
         from tests.checks.flash_reference import attention_float64
         from tests.checks.flash_tolerances import tolerance
@@ -384,7 +393,9 @@ class Executor(ExecutorProcess):
                 raise replays.NoCredit(f"the Triton Function's {call.what} sent a launch record the grader "
                                        f"cannot replay ({error})") from None
             except replays.NoCredit:
-                self._raise_if_wrong(call)  # a wrong output is the test's verdict to give, in its own words
+                wrong = self._wrong_output(call)
+                if wrong is not None:  # a wrong output is the test's verdict to give, in its own words
+                    raise wrong from None
                 raise
         finally:
             if self.budget is not None:

@@ -45,6 +45,8 @@ from .launches import storage_view
 from .process import ExecutorFailure, ExecutorProcess, ExecutorSettings
 from .wire import DTYPES, Closed, ProtocolError, TimedOut, recv_frame, send_frame
 
+__tracebackhide__ = True  # pytest leaves the replay's frames out of a failure's traceback: its message is the verdict
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 REPLAY_TIMEOUT_S = 300.0  # a replay's wall-clock limit: its compiles included
