@@ -133,15 +133,19 @@ def state_in_dtype(state: dict[str, torch.Tensor], dtype: torch.dtype, seed: int
     return out
 
 
-def assert_dtypes_kept(got: dict, dtype: torch.dtype, *, what: str, context: str) -> None:
+KEEP_GRADIENT_DTYPE = ("Allocate each buffer with the gradients' dtype (torch.empty(n) is the default dtype, "
+                       "float32) and write the averages back into each .grad in its own dtype")
+
+
+def assert_dtypes_kept(got: dict, dtype: torch.dtype, *, what: str, context: str,
+                       advice: str = KEEP_GRADIENT_DTYPE) -> None:
     """Every floating tensor of ``got`` ({name: tensor or None}) is in ``dtype``, the model's."""
     other = {name: str(t.dtype).removeprefix("torch.") for name, t in got.items()
              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dtype}
     name = str(dtype).removeprefix("torch.")
     assert not other, (
         f"{what} must keep the dtype of its parameter ({name}: the whole model is {name}); got {other} ({context}). "
-        f"Allocate each buffer with the gradients' dtype (torch.empty(n) is the default dtype, float32) and "
-        f"write the averages back into each .grad in its own dtype")
+        f"{advice}")
 
 
 def assert_sent_in_dtype(events: list[tuple], steps: int, dtype: torch.dtype, context: str) -> None:
@@ -495,7 +499,7 @@ def judge_overlap(kernels: list, where: str) -> None:
 def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int = 3, optimizer: str = "AdamW",
                           lr: float = 0.05, split_at: int | None = None, add_group_at: int | None = None,
                           seed: int = 0, rows: int = 6, check_zero_grad: bool = False,
-                          closure: bool = False) -> list[dict]:
+                          closure: bool = False, dtype: torch.dtype = torch.float32) -> list[dict]:
     """Train ``model`` with the sharded optimizer on ``world_size`` ranks and check it against the plain one.
 
     ``split_at``: the parameters (in ``named_parameters()`` order) are split there into two
@@ -508,21 +512,28 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
     class's defaults is not (see the probe). ``check_zero_grad``: also
     check ``check_sharded_zero_grad``. ``closure``: every step is ``opt.step(closure)`` (the
     closure clears, forwards and backwards), and each must return the closure's loss, as
-    ``torch.optim.Optimizer.step(closure)`` does. Returns the ranks' results.
+    ``torch.optim.Optimizer.step(closure)`` does. ``dtype``: the whole model is in that dtype on
+    every rank and in the truth (a float64 model starts from values float32 cannot hold,
+    ``state_in_dtype``); the parameters must stay in it and match within ``DDP_TOLERANCE[dtype]``,
+    so a broadcast through a float32 buffer fails. Returns the ranks' results.
     """
     init = reference.initial_state(model, seed)
+    if dtype != torch.float32:
+        init = state_in_dtype(init, dtype, seed)
     inputs, targets = batch(model, rows, seed + 1)
     names = [name for name, _ in reference.build(model).named_parameters()]
     groups = None if split_at is None else [names[:split_at], names[split_at:]]
+    dtype_name = str(dtype).removeprefix("torch.")
     settings = dict(model=model, init_state=init, inputs=inputs, targets=targets, steps=steps, optimizer=optimizer,
-                    lr=lr, groups=groups, add_group_at=add_group_at, closure=closure)
-    context = (f"sharded {optimizer}(lr={lr}) on the {model!r} model, {world_size} ranks, {steps} steps"
+                    lr=lr, groups=groups, add_group_at=add_group_at, closure=closure,
+                    dtype=None if dtype == torch.float32 else dtype_name)
+    context = (f"sharded {optimizer}(lr={lr}) on the {model!r} model in {dtype_name}, {world_size} ranks, {steps} steps"
                + (", each opt.step(closure) with a closure that runs the forward and backward" if closure else "")
                + (f", second group of {len(groups[1])} parameters added before step {add_group_at}" if groups else ""))
     ranks = ranks_of(run_probe(adapters, "optimizer_state_sharding.train", world_size, settings,
                                timeout_s=RUN_TIMEOUT_S), context)
     truth = reference.train(model, init, inputs, targets, steps=steps, optimizer=optimizer, lr=lr, groups=groups,
-                            add_group_at=add_group_at)
+                            add_group_at=add_group_at, dtype=None if dtype == torch.float32 else dtype)
     for rank, result in enumerate(ranks):
         if closure:
             value = result["value"]
@@ -533,9 +544,14 @@ def run_sharded_optimizer(adapters, model: str, world_size: int, *, steps: int =
             assert value["returned"] == value["closure_losses"], (
                 f"{context}; rank {rank}: step(closure) returned {value['returned']}, the closure's losses were "
                 f"{value['closure_losses']}: step must return what the closure returned")
+        assert_dtypes_kept(result["value"]["final"], dtype, what=f"after {steps} steps, every parameter and buffer",
+                           context=f"{context}; rank {rank}",
+                           advice="Broadcast each parameter in its own dtype (a flat buffer made with torch.empty(n) "
+                                  "is the default dtype, float32), and never replace a parameter's .data")
         assert_state_close(result["value"]["final"], truth["states"][-1], what=f"after {steps} steps, the parameter",
                            context=f"{context}; rank {rank} (after each step every rank must hold every parameter "
-                                   "as its owner updated it: broadcast them)")
+                                   "as its owner updated it: broadcast them)",
+                           tolerance=DDP_TOLERANCE[dtype] if dtype != torch.float32 else None)
     held: set[str] = set()
     for rank, result in enumerate(ranks):
         got = result["value"]["optimizer_state"]

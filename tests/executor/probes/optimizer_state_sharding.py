@@ -60,8 +60,13 @@ LOGGED = {"AdamW": _logged(torch.optim.AdamW), "SGD": _logged(torch.optim.SGD)}
 
 def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str, init_state: dict,
                inputs: torch.Tensor, targets: torch.Tensor, steps: int, optimizer: str, lr: float,
-               groups: list[list[str]] | None = None, add_group_at: int | None = None, closure: bool = False) -> dict:
+               groups: list[list[str]] | None = None, add_group_at: int | None = None, closure: bool = False,
+               dtype: str | None = None) -> dict:
     """One rank's run (a job of ``parallel_launch``): the same whole batch on every rank.
+
+    ``dtype`` ("float64", say): the model's parameters and buffers are cast to it before the
+    initial state is loaded, and the floating inputs and targets are cast to it (as the DDP probe
+    does); the states reported keep their dtype.
 
     ``closure``: each step is ``opt.step(closure)``, the closure clearing the gradients and
     running the forward and backward (as torch.optim's API allows); what each step returned is
@@ -69,8 +74,13 @@ def train_rank(adapters, *, rank: int, world_size: int, device: str, model: str,
     to the losses the closure computed ("closure_losses").
     """
     net = models.build(model, make_lm=lambda: adapters.get_transformer_lm(model_overrides=models.LM_OVERRIDES))
+    if dtype is not None:
+        net.to(getattr(torch, dtype))
     net.load_state_dict(init_state)
     net.to(device)
+    if dtype is not None:
+        inputs = inputs.to(getattr(torch, dtype)) if inputs.is_floating_point() else inputs
+        targets = targets.to(getattr(torch, dtype)) if targets.is_floating_point() else targets
     params = dict(net.named_parameters())
     NAMES.update({id(p): name for name, p in params.items()})
     options = {"lr": lr, **({"weight_decay": 0.1} if optimizer == "AdamW" else {})}
