@@ -402,7 +402,8 @@ def _build_mma(trans_a: bool, trans_b: bool, a_in_regs: bool):
         a = _randn(TILE, TILE, device=device, seed=1)  # stored [K, M] if trans_a
         b = _randn(TILE, TILE, device=device, seed=2)  # stored [N, K] if trans_b
         c = torch.zeros(TILE, TILE, device=device, dtype=torch.float32)
-        launch = Launch(mma_tile_kernel, (1, ), (_desc(a, [TILE, TILE]), _desc(b, [TILE, TILE]), _desc(c, [TILE, TILE])),
+        blk = [TILE, TILE]
+        launch = Launch(mma_tile_kernel, (1, ), (_desc(a, blk), _desc(b, blk), _desc(c, blk)),
                         dict(TRANS_A=trans_a, TRANS_B=trans_b, A_IN_REGS=a_in_regs))
 
         def check():
