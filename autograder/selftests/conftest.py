@@ -49,6 +49,7 @@ HEAVIEST_FIRST = (
     "autograder/selftests/test_grader_fairness.py",  # 200
     "autograder/selftests/test_grader_submissions.py",  # 120
     "autograder/selftests/test_gradescope_emulation.py",  # 145
+    "autograder/selftests/test_student_messages.py",  # 155 (5 grades; 2026-12-06)
     "autograder/selftests/test_failure_cost.py",  # 135
     "autograder/selftests/test_distributed_mutants.py",  # 125
     "autograder/selftests/test_submission_contract.py",  # 100
@@ -58,6 +59,8 @@ HEAVIEST_FIRST = (
     "autograder/selftests/test_grader_runner.py",  # 55
     "autograder/selftests/test_autotune_modes.py",  # 55
     "autograder/selftests/test_release.py",  # 45
+    "autograder/selftests/test_charge_order.py",  # 35 (2026-12-06)
+    "autograder/selftests/test_replay_tolerance.py",  # 25 (2026-12-06)
     "autograder/selftests/test_mutant_catalog.py",  # 40
     "autograder/selftests/test_no_triton.py",  # 35
     "leaderboard/tests/test_training_step_cpu.py",  # 30
