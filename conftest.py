@@ -5,16 +5,16 @@ directory (the student's own checkout). Tests get the submission's adapters thro
 ``adapters`` fixture. Tests marked ``gpu`` are skipped when no CUDA GPU is present, and Triton
 kernels run under the interpreter (TRITON_INTERPRET=1) when it is absent. Tests marked
 ``triton`` are skipped where Triton is not installed (macOS, Windows), with one note at the end
-of the run that says where to run them (tests/harness/triton_marker.py).
+of the run that says where to run them (harness/triton_marker.py).
 
 With ``--isolate`` (the grader always passes it) the submission runs in a separate process,
-the executor (tests/executor/), and ``adapters`` is a stand-in that calls into it: the tests,
+the executor (executor/), and ``adapters`` is a stand-in that calls into it: the tests,
 their assertions and their verdicts stay in this process, where submitted code cannot reach.
 Without it the submission is imported here, which is simpler to debug.
 
 The submission's ``@triton.autotune`` tunes for real only in a test marked ``timing``
-(tests/executor/autotune.py). Every other test of the submission runs once per config of its
-autotuners, config 0 first, without benchmarking (tests/harness/autotune_configs.py): which config
+(executor/autotune.py). Every other test of the submission runs once per config of its
+autotuners, config 0 first, without benchmarking (harness/autotune_configs.py): which config
 wins the timing is noise, so every config must be right. ``CS336_AUTOTUNE=full`` makes every test
 tune for real instead, as a grade without that speed-up would.
 """
@@ -28,21 +28,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import gpus
+from harness import gpus
 
 # Must be set before triton is first imported by any test or submission module.
 if not gpus.count():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from tests.harness.gpu_marker import gpus_needed, skip_reason  # noqa: E402
-from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir  # noqa: E402
-from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
+from harness.gpu_marker import gpus_needed, skip_reason  # noqa: E402
+from harness.submission import SubmissionError, load_adapters, resolve_submission_dir  # noqa: E402
+from harness.triton_marker import HOW_TO_RUN, SKIP_REASON as NO_TRITON, needs_triton, triton_importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 # A stub's NotImplementedError fails its test in one line, and a Hypothesis test at its first example;
-# every test's random examples derive from the course's secret and its node id (tests/harness/example_seeds.py).
-# Every test of the submission but a timing test runs once per autotune config (tests/harness/autotune_configs.py).
-pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds", "tests.harness.autotune_configs")
+# every test's random examples derive from the course's secret and its node id (harness/example_seeds.py).
+# Every test of the submission but a timing test runs once per autotune config (harness/autotune_configs.py).
+pytest_plugins = ("harness.stub_failures", "harness.example_seeds", "harness.autotune_configs")
 
 
 def pytest_addoption(parser):
@@ -86,14 +86,14 @@ def pytest_configure(config):
     config.executor = None
     config.triton_skipped = 0
     if not config.getoption("--isolate") and triton_importable():
-        from tests.executor import autotune
+        from executor import autotune
 
         # The submission is imported in this process: its autotuners tune for real on a GPU, keep
         # one config under the interpreter, and run config n in a test that checks each of them.
         autotune.install(interpreter=os.environ.get("TRITON_INTERPRET") == "1")
     if config.getoption("--isolate"):
-        from tests.executor.client import Executor
-        from tests.executor.process import ExecutorSettings
+        from harness.client import Executor
+        from harness.process import ExecutorSettings
 
         workdir = config.getoption("--executor-dir") or tempfile.mkdtemp(prefix="cs336-executor-")
         config.executor = Executor(ExecutorSettings(
@@ -171,7 +171,7 @@ def submission_dir(pytestconfig) -> Path:
 def adapters(pytestconfig, submission_dir):
     """The submission's ``adapters``: the only way tests reach student code (a stand-in under --isolate)."""
     if pytestconfig.executor is not None:
-        from tests.executor.proxies import RemoteAdapters
+        from harness.proxies import RemoteAdapters
 
         return RemoteAdapters(pytestconfig.executor)
     return load_adapters(submission_dir)
@@ -179,8 +179,8 @@ def adapters(pytestconfig, submission_dir):
 
 @pytest.fixture
 def each_autotune_config(pytestconfig):
-    """Runs a check once per config of the submission's autotuners (tests/harness/autotune_configs.py)."""
-    from tests.harness.autotune_configs import EachAutotuneConfig
+    """Runs a check once per config of the submission's autotuners (harness/autotune_configs.py)."""
+    from harness.autotune_configs import EachAutotuneConfig
 
     return EachAutotuneConfig(pytestconfig.executor)
 
@@ -190,7 +190,7 @@ def _executor_budget(pytestconfig, request):
     """Under --isolate: each test gets its own time budget and a fresh start after a crash."""
     executor = pytestconfig.executor
     if executor is not None:
-        from tests.harness.autotune_configs import AUTOTUNE_ENV
+        from harness.autotune_configs import AUTOTUNE_ENV
 
         timing = request.node.get_closest_marker("timing") is not None
         executor.begin_test(timing=timing, tune=os.environ.get(AUTOTUNE_ENV) == "full")

@@ -6,7 +6,7 @@
 #
 # The zip holds adapters.py, every .py file under cs336_systems/, small data files there
 # (.json .toml .yaml .yml .txt .cfg, 1 MiB each) and, if present, writeup.pdf: exactly what the
-# grader reads (tests/harness/submission.py says which files count). Caches, checkpoints, profiles and
+# grader reads (harness/submission.py says which files count). Caches, checkpoints, profiles and
 # other files are left out.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -24,7 +24,7 @@ fi
 import zipfile
 from pathlib import Path
 
-from tests.harness.submission import read_submission  # which files count and their limits: the grader's own rule
+from harness.submission import read_submission  # which files count and their limits: the grader's own rule
 
 MAX_PDF_BYTES = 20_000_000
 

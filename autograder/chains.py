@@ -23,7 +23,7 @@ from autograder.cpus import usable_cpus
 from autograder.harness_process import base_env
 from autograder.runner import SuiteRun, SuiteSpec, Verdict, run_suite
 from autograder.zygote import Zygote
-from tests.harness import gpus
+from harness import gpus
 
 GPU_JOBS_MAX = 16  # process chains at a time on a GPU runner, at most
 GPU_GIB_PER_JOB = 8  # GPU memory set aside per chain (see default_jobs)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confine.identity import drop_privileges
 from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
-from tests.harness import gpus
+from harness import gpus
 
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("reference"))
 # Per executor (the process that runs the submission), set so that the reference passes with room

@@ -8,7 +8,7 @@ front door. The steps:
 2. refuse to go on unless the submission can be isolated: as root, the hidden tests and the
    reference become readable by root only, and each test process (the harness) runs the
    submission in an executor under its own leased user id (confine/uid_pool.py,
-   autograder/executor_user.py, tests/executor/); not as root, only with ``--same-user``;
+   autograder/executor_user.py, executor/); not as root, only with ``--same-user``;
 3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
    chains of processes at a time (autograder/chains.py), with test files packed into chains by
    their expected durations (autograder/schedule.py), printing progress as files finish
@@ -43,8 +43,8 @@ from autograder.suite_spec import KIT, SuiteSpec
 from autograder.test_pool import Pool
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
-from tests.harness import gpus
-from tests.harness.submission import SubmissionNotFound, kit_link_roots
+from harness import gpus
+from harness.submission import SubmissionNotFound, kit_link_roots
 
 SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 
@@ -154,7 +154,7 @@ def grade(options: GradeOptions) -> GradeReport:
         if isolation.refusal is not None:
             return _refused(options, manifest, isolation.refusal, started)
         workdir = _work_folder(shared)
-        # One replay user and one Triton cache for the grade's replays (tests/executor/replay.py): a
+        # One replay user and one Triton cache for the grade's replays (harness/replay.py): a
         # kernel the replays compiled once is not compiled again by another chain's replay.
         replay_lease = uid_pool.lease(start=os.getpid() + 4096) if isolation.isolated else None
         plan = _plan(options, kit, manifest, problems, notes, printer, started)
@@ -202,7 +202,7 @@ def _chosen_problems(options: GradeOptions, manifest: Manifest) -> tuple[list, b
 
 def _probe_gpus(options: GradeOptions):
     """With ``--require-gpu``, a future of the GPU count, asked of a fresh interpreter: the grader
-    itself never imports torch or initialises CUDA (tests/harness/gpus.py). It imports torch while
+    itself never imports torch or initialises CUDA (harness/gpus.py). It imports torch while
     the grade copies the submission and starts its zygote. None without the flag."""
     if not options.require_gpu:
         return None

@@ -25,15 +25,15 @@ from autograder.gpu_quiet import ENV_VAR as GPU_LOCK_ENV
 from autograder.hidden_tests.secret import SEED_ENV, course_secret
 from autograder.protocol import MAX_RECORD_BYTES, ForgedRecord, Verifier, new_key
 from autograder.suite_spec import SuiteSpec
-from tests.executor.cpu_clock import WALL_FACTOR
+from harness.cpu_clock import WALL_FACTOR
 
 
 PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 _FRAME_WAIT_S = 10.0  # a record frame that has started arriving must finish within this
 # CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile;
 # CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/harness_pytest.py).
-# CS336_RANK_EXIT_LOG: where the part-2 checks log the ranks' exit codes (a staff count; tests/checks/parallel_checks.py).
-# CS336_REPLAY_LOG: where each replay check logs its phases' seconds (a staff diagnostic; tests/executor/replay.py).
+# CS336_RANK_EXIT_LOG: where the part-2 checks log the ranks' exit codes (a staff count; harness/parallel_checks.py).
+# CS336_REPLAY_LOG: where each replay check logs its phases' seconds (a staff diagnostic; harness/replay.py).
 _PASSED_THROUGH = (
     "CUDA_", "NVIDIA_", "TRITON_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -83,7 +83,7 @@ def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
     })
     if spec.gpu_lock is not None:
         env[GPU_LOCK_ENV] = str(spec.gpu_lock)
-    # Every example a grade draws derives from the course's secret (tests/harness/example_seeds.py).
+    # Every example a grade draws derives from the course's secret (harness/example_seeds.py).
     env.setdefault(SEED_ENV, course_secret())
     return env
 

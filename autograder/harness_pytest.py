@@ -3,7 +3,7 @@
 Started by autograder/runner.py as ``python -I -B harness_pytest.py KIT KEY_FD RECORD_FD
 RUN_ONLY -- PYTEST_ARGS...`` (RUN_ONLY is "-" when unused). This process is the harness: it
 never imports the submission, which runs in the executor that the kit's conftest starts for
-``--isolate`` (tests/executor/). ``-I``
+``--isolate`` (executor/). ``-I``
 keeps PYTHONPATH, user site-packages and the current directory off ``sys.path``; the kit
 root is put there explicitly (and the grader's own root after it, when a selftest grades
 against a toy kit), so that ``tests``, ``conftest`` and ``autograder`` are always the kit's
@@ -19,7 +19,7 @@ from pathlib import Path
 
 # The harness's own memory limit (data segment: heap and private writable mappings; CUDA's
 # address-space reservations are not counted, so GPU runners keep it). With the reply-frame
-# limits of tests/executor/client.py a harness needs well under 2 GiB; this bounds what a bug
+# limits of harness/client.py a harness needs well under 2 GiB; this bounds what a bug
 # or a hostile executor could make it hold, so that concurrent grades on one host survive.
 HARNESS_MEMORY_BYTES = int(os.environ.get("CS336_HARNESS_MEMORY_BYTES", 16 << 30))
 

@@ -4,7 +4,7 @@ only what the tests may import.
 Read by the grader (autograder/grade.py) and by staff who wonder why a student's file was
 ignored. A submission is a directory, or a zip (as made by make_submission.sh), holding
 ``adapters.py`` and ``cs336_systems/``. What counts as one of its files, the size limits and
-where a symbolic link may point are defined once, in ``tests/harness/submission.py`` (which the
+where a symbolic link may point are defined once, in ``harness/submission.py`` (which the
 leaderboard reads submissions with too): ``adapters.py``, ``cs336_systems/**/*.py`` and small
 data files under ``cs336_systems/`` (``.json``, ``.toml``, ``.yaml``/``.yml``, ``.txt``,
 ``.cfg``; at most 1 MiB each, written without execute permission) are copied; ``.py`` is the
@@ -13,7 +13,7 @@ test configuration or shadow a library: no ``conftest.py``, ``pytest.ini``, ``py
 ``setup.cfg``, ``sitecustomize.py``, ``*.pth``, and no top-level ``torch.py`` or ``pytest/``.
 Symbolic links are followed only to files inside the submission or to the kit's own student
 files (the provided ``cs336_systems`` modules), so a link cannot pull the hidden tests or the
-reference into the copy. A directory is read by ``tests/harness/submission.py``'s reader; this
+reference into the copy. A directory is read by ``harness/submission.py``'s reader; this
 module adds the reading of a zip.
 
 A zip is read as hostile input (the grader runs as root, before any test process drops its
@@ -50,7 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from tests.harness.submission import (
+from harness.submission import (
     DATA_SUFFIXES,
     MAX_FILES,
     MAX_TOTAL_BYTES,
@@ -385,7 +385,7 @@ def _from_zip(archive: Path, dest: Path, report: IntakeReport) -> None:
 
 
 def _from_tree(source: Path, dest: Path, report: IntakeReport, link_roots: list[Path]) -> None:
-    """Copy what ``tests/harness/submission.py``'s reader reads of the directory ``source``; list the rest."""
+    """Copy what ``harness/submission.py``'s reader reads of the directory ``source``; list the rest."""
     read = read_submission(source, link_roots)
     for relative, data in read.files.items():
         _write(dest, PurePosixPath(relative), data)

@@ -14,7 +14,7 @@ for the other side). In order, the plugin:
    then sends "start" before the test runs and "result" after its teardown.
 
 The submission never runs in this process: the kit's conftest starts an executor for it
-(``--isolate``, tests/executor/), as its own unprivileged user when the grader is root, and
+(``--isolate``, executor/), as its own unprivileged user when the grader is root, and
 the tests judge what comes back. So these records are the harness's own; the signature only
 proves to the grader that a record came from this process and not from something that
 printed or wrote a file.
@@ -177,8 +177,8 @@ class GraderPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session):
-        from tests.harness import gpus  # the kit's tests package, as the root conftest
-        from tests.harness.gpu_marker import gpus_needed
+        from harness import gpus  # the kit's harness package, as the root conftest
+        from harness.gpu_marker import gpus_needed
 
         items = [{"nodeid": item.nodeid, "gpu": gpus_needed(item), "alone": _alone(item)} for item in session.items]
         self._signer.send({"type": "collected", "items": items, "gpus": gpus.count()})

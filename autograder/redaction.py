@@ -6,7 +6,7 @@ staff changing what a hidden test shows. What a student sees of a hidden test
 no traceback or source text (the ``text`` field is dropped), every ``seed=<digits>`` shown as
 ``seed=<hidden>``, and no secret, seed, case label, docstring or source line of the hidden tests,
 as gathered from their files by ``hidden_text``. The message keeps what the assertion helpers
-(tests/checks/assertions.py) say about the error: what was compared, its shape, dtype and strides, the
+(harness/assertions.py) say about the error: what was compared, its shape, dtype and strides, the
 tolerance, the largest errors and how many elements failed. A parametrize id is shown only when
 it is a plain shape/dtype style word (``2x17x100-d32-float16-causal-sliced``, ``triton``). The
 secret values and the hidden seeds are also taken out of every visible test's output and the

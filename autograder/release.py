@@ -2,7 +2,8 @@
 
 Read by staff before each offering; run ``python -m autograder release --out dist/student``.
 The release holds exactly what a student needs (the lists are ``RELEASED`` and
-``RELEASED_IN_PART`` below): the stubs, the adapters, the visible tests and their conftest, the
+``RELEASED_IN_PART`` below): the stubs, the adapters, the visible tests and their conftest, what runs
+them (``harness/``, and ``executor/``, what runs beside the submission under ``pytest --isolate``), the
 confinement modules the executor of ``pytest --isolate`` imports (``confine.EXECUTOR_FILES``;
 the uid pool, the leaderboard's views and the threat model stay staff's), the handout, the setup and submission
 scripts, a Linux container for machines where Triton does not install (``.devcontainer/``),
@@ -25,7 +26,7 @@ from confine import EXECUTOR_FILES
 KIT = Path(__file__).resolve().parent.parent
 STUDENT_README = Path(__file__).resolve().parent / "student_readme.md"
 RELEASED = ("adapters.py", "conftest.py", "constraints-cpu.txt", "constraints-gpu.txt", "make_submission.sh",
-            "cs336_systems", "tests",
+            "cs336_systems", "tests", "harness", "executor",
             "handout",
             ".devcontainer", ".dockerignore")  # the Linux container for students whose OS has no Triton
 # Folders of which students get only the files named: the rest is staff's.

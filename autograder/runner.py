@@ -6,7 +6,7 @@ starts ``autograder/harness_pytest.py`` with a clean environment and reads the s
 autograder/pytest_plugin.py from a pipe (both in autograder/harness_process.py), under a watchdog:
 
 - a test that runs past its time limit is killed with its whole process group (its time is the
-  smaller of its wall and CPU time, with a wall-clock backstop: tests/executor/cpu_clock.py);
+  smaller of its wall and CPU time, with a wall-clock backstop: harness/cpu_clock.py);
 - a process that dies (segfault, ``os._exit``, OOM killer, ``pytest.exit``) fails the test it
   was running, with the last lines it printed;
 - a process that sends a forged record, or after whose test the harness was patched, fails
@@ -31,8 +31,8 @@ from autograder.gpu_quiet import WAIT_LIMIT_S as GPU_WAIT_LIMIT_S
 from autograder.harness_process import HarnessProcess, describe_exit
 from autograder.protocol import ForgedRecord
 from autograder.suite_spec import SuiteSpec, Verdict
-from tests.executor.cpu_clock import WALL_FACTOR, Budget
-from tests.harness.gpu_marker import not_graded_message
+from harness.cpu_clock import WALL_FACTOR, Budget
+from harness.gpu_marker import not_graded_message
 
 STARTUP_TIMEOUT_S = 300.0
 
@@ -198,7 +198,7 @@ class _Watch:
         self.ledger, self.spec, self.child = ledger, ledger.spec, child
         self.state = "collecting" if ledger.pending is None else "between"
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S  # of the states other than running
-        self.budget: Budget | None = None  # the running test's time (tests/executor/cpu_clock.py)
+        self.budget: Budget | None = None  # the running test's time (harness/cpu_clock.py)
         self.current: str | None = None
         self.progress = False
         self.problem: str | None = None

@@ -11,7 +11,7 @@ visible test its points and whether it needs a GPU: no hidden test's name, count
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.student_points")

@@ -34,8 +34,8 @@ from ptxas_report import load_kernel_file  # beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.harness import gpus  # noqa: E402
-from tests.harness.submission import load_adapters  # noqa: E402
+from harness import gpus  # noqa: E402
+from harness.submission import load_adapters  # noqa: E402
 
 load_adapters(ROOT / "reference")  # the copies import cs336_systems.flash_attention_inputs from here
 LEADERBOARD = dict(batch=16, n=16384, d=64)

@@ -40,8 +40,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.harness import gpus  # noqa: E402
-from tests.harness.submission import load_adapters  # noqa: E402
+from harness import gpus  # noqa: E402
+from harness.submission import load_adapters  # noqa: E402
 
 LEADERBOARD = dict(batch=16, seq=16384, d=64, dtype=torch.bfloat16)
 SDPA_BACKENDS = {

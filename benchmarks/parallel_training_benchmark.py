@@ -46,9 +46,9 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 
 
 def _gpus():
-    """The kit's GPU query (tests/harness/gpus.py)."""
+    """The kit's GPU query (harness/gpus.py)."""
     sys.path.insert(0, str(ROOT))
-    from tests.harness import gpus
+    from harness import gpus
 
     return gpus
 
@@ -117,7 +117,7 @@ def _time_wrapper(adapters, name: str, args, device: torch.device, rank: int) ->
 
 
 def rank_job(adapters, *, rank: int, world_size: int, device: str, args) -> list[dict]:
-    """One rank's part, run by the kit's part-2 launcher (tests/executor/probes/parallel_launch.py,
+    """One rank's part, run by the kit's part-2 launcher (executor/probes/parallel_launch.py,
     which starts the ranks, joins the process group and tears it down): time every wrapper, and
     return each wrapper's slowest rank, gathered from all ranks. The launcher notes each
     collective call in a Python list, a few microseconds per call against steps of milliseconds."""
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in NCCL_ENV.items():
         os.environ.setdefault(key, value)  # before the launcher's fork server starts: every rank inherits them
     sys.path.insert(0, str(ROOT))
-    from tests.executor.probes.parallel_launch import launch
+    from executor.probes.parallel_launch import launch
 
     adapters_file = Path(args.submission).resolve() / "adapters.py"
     run = launch(lambda: types.SimpleNamespace(__file__=str(adapters_file)),

@@ -78,7 +78,7 @@ def _load_reference_kernels(source: Path | None):
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("ptxas_report cannot compile under TRITON_INTERPRET=1; unset it")
     sys.path.insert(0, str(ROOT))
-    from tests.harness.submission import load_adapters
+    from harness.submission import load_adapters
 
     load_adapters(ROOT / "reference")  # registers the reference's cs336_systems package
     if source is None:

@@ -28,8 +28,8 @@ import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.harness import gpus  # noqa: E402
-from tests.harness.submission import load_adapters  # noqa: E402
+from harness import gpus  # noqa: E402
+from harness.submission import load_adapters  # noqa: E402
 
 load_adapters(ROOT / "reference")
 import cs336_systems.flash_attention_triton as fat  # noqa: E402  (the reference's, registered above)

@@ -4,7 +4,7 @@ Read by staff deciding whether a grade or a leaderboard time can be trusted, and
 hardening either: a change here lands for both. Two kinds of process run student code, and both
 are confined by these modules:
 
-- the grader's executor (``tests/executor/``), which runs the submission for the tests;
+- the grader's executor (``executor/``, started by ``harness/process.py``), which runs the submission for the tests;
 - the leaderboard's worker, which checks and times a FlashAttention-2 submission.
 
 The modules every copy holds:

@@ -1,6 +1,6 @@
 """Ending and describing a child process: one way for every process that starts one running student code.
 
-Read by the code that starts such processes (``tests/executor/process.py`` among them). Each
+Read by the code that starts such processes (``harness/process.py`` among them). Each
 starts its child in a session of its own, so that ``kill_group`` ends the child and everything
 it started; ``describe_signal`` names how a child died for a message a student or TA reads.
 """

@@ -1,5 +1,5 @@
 """The environment of a process that runs student code: built from scratch, the same way for
-every such process (``tests/executor/process.py`` builds the executor's).
+every such process (``harness/process.py`` builds the executor's).
 
 Read by staff checking what a submission can learn from its environment. Nothing of the
 starting process's environment passes but where the machine's GPU, libraries, compiler and

@@ -2,7 +2,7 @@
 process that runs student code and the process that judges it.
 
 Read by staff who need to know what a hostile sender can make the reader do. The grader's
-executor and its harness (``tests/executor/wire.py``: ``torch.save`` values) and the
+executor and its harness (``executor/wire.py``: ``torch.save`` values) and the
 leaderboard's worker and its parent (a JSON header plus raw tensor bytes) each encode their own
 payloads; both move them as frames of this module, and so do the grader's signed test records
 (a JSON record and its HMAC per frame). The one channel not framed here is the grader's process

@@ -1,7 +1,7 @@
 """A pool of user ids for processes that run student code, so that no two of them share one.
 
 Read by the grader's runner, which leases one id for each test process it starts and hands it
-to that process's executor (tests/executor/), and by the leaderboard, which leases one for each
+to that process's executor (executor/), and by the leaderboard, which leases one for each
 worker. A process running as its own uid cannot signal, trace or read the files of another
 grade's executor or leaderboard worker, nor of the harness (root). The ids need no
 ``/etc/passwd`` entry: root can ``setuid`` to any number; ids that do have an account are

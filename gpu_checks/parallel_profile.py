@@ -11,7 +11,7 @@ writes a Markdown table per probe with rank 0's numbers:
 - DDP: the backward's span on the GPU (first to last backward kernel), how many NCCL kernels
   started inside it, and how much NCCL kernel time lay inside it;
 - FSDP: memory held after wrapping, and the peaks above a step's start during the forward and
-  the whole step, against the limits ``tests/checks/parallel_checks.py`` sets.
+  the whole step, against the limits ``harness/parallel_checks.py`` sets.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ sys.path.insert(0, str(KIT))
 
 from fixtures import materialize  # noqa: E402
 from fixtures.mutants import get  # noqa: E402
-from tests.checks import parallel_checks as checks  # noqa: E402
-from tests.executor.probes import find  # noqa: E402
+from harness import parallel_checks as checks  # noqa: E402
+from executor.probes import find  # noqa: E402
 
 MIB = 2**20
 

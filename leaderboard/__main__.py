@@ -21,7 +21,7 @@ machine, so a batch does not retry it.
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m leaderboard")
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from leaderboard.store import DEFAULT_STORE, STORE_DIR, moved_store_message, read_records
-from tests.harness import gpus
+from harness import gpus
 
 NO_GPU = (
     "leaderboard run: no CUDA GPU found. The official timing needs one (the leaderboard runs on "
@@ -82,7 +82,7 @@ def _store_left_behind(args: argparse.Namespace) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from tests.harness.submission import (
+    from harness.submission import (
         SubmissionError,
         SubmissionNotFound,
         locate_submission,
@@ -116,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int:
     """``run`` on a submission directory; ``zip_path``: the zip it was unpacked from, for the record."""
-    from tests.harness.submission import SubmissionError, resolve_submission_dir
+    from harness.submission import SubmissionError, resolve_submission_dir
 
     from leaderboard.runner import describe, run_submission
     from leaderboard.worker_setup import SandboxUnavailable

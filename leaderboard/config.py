@@ -2,8 +2,8 @@
 
 Staff read this file to know exactly what the leaderboard measures and when it refuses.
 Nothing else in the package hard-codes a shape or a limit. The correctness gate's tolerances are
-stated beside the tests' in one model (tests/checks/flash_tolerances.py ``GATE_TOLERANCES``), and its
-reference is the tests' float64 truth (tests/checks/flash_reference.py).
+stated beside the tests' in one model (harness/flash_tolerances.py ``GATE_TOLERANCES``), and its
+reference is the tests' float64 truth (harness/flash_reference.py).
 """
 
 from __future__ import annotations

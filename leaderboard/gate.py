@@ -1,10 +1,10 @@
 """The correctness gate: a submission is timed only if its outputs and gradients match a reference.
 
 Staff read this file to know what "correct" means on the leaderboard: the inputs it is checked
-on and the comparison. The reference is the tests' truth (tests/checks/flash_reference.py
+on and the comparison. The reference is the tests' truth (harness/flash_reference.py
 ``attention_float64``: plain attention with autograd in float64, a chunk of queries at a time,
 so the (batch, n, n) score matrix is never held at once), and the tolerances are stated in the
-tests' model (tests/checks/flash_tolerances.py ``GATE_TOLERANCES``, measured for the leaderboard's shape).
+tests' model (harness/flash_tolerances.py ``GATE_TOLERANCES``, measured for the leaderboard's shape).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from leaderboard.config import Problem
-from tests.checks.assertions import norm_check_applies
-from tests.checks.flash_reference import AttentionResult
-from tests.checks.flash_tolerances import Tolerance
+from harness.assertions import norm_check_applies
+from harness.flash_reference import AttentionResult
+from harness.flash_tolerances import Tolerance
 
 GATED = ("O", "dQ", "dK", "dV")  # what the gate compares: L stays inside the Function here
 
@@ -60,7 +60,7 @@ class Comparison:
 
 def compare(name: str, got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> Comparison:
     """Compare one output or gradient with the reference, under ``tol`` (the rule is
-    tests/checks/flash_tolerances.py's: element bound atol + rtol * |want| + max_frac * max|want|, and
+    harness/flash_tolerances.py's: element bound atol + rtol * |want| + max_frac * max|want|, and
     the relative L2 error at most ``tol.norm``)."""
     if got.shape != want.shape:
         return Comparison(name, math.inf, math.inf, 0.0, f"{name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}")

@@ -12,7 +12,7 @@ things are read from it:
   that of a ``@triton.jit`` function (autotuned or not) defined in the submission's own files
   (``adapters.py`` and ``cs336_systems/**/*.py``), as the parent finds them by parsing its own
   copy of those files (``submission_triton_names``, the grader's reading in
-  ``tests/executor/triton_source.py``); torch.compile may append
+  ``harness/triton_source.py``); torch.compile may append
   ``_<n>``. Kernels that Triton compiles for libraries, FlexAttention (``triton_tem_...``) and
   torch.compile's generated code (``triton_poi_...``, ``triton_per_...``) do not count, and a
   submission's function named ``triton_...`` or like a library kernel (``gemm``, ``xmma``,
@@ -36,7 +36,7 @@ from typing import Callable
 import torch
 
 from leaderboard.detectors import Refusal
-from tests.executor.triton_source import kernels_in_sources
+from harness.triton_source import kernels_in_sources
 
 ATTENTION_OPS = re.compile(
     r"^aten::_?(scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|fused_sdp|_fused_sdp)", re.IGNORECASE
@@ -74,7 +74,7 @@ def submission_triton_names(sources: dict[str, bytes]) -> set[str]:
     """Names of the ``@triton.jit`` functions defined in a submission's files.
 
     ``sources`` maps each file's relative path to its bytes (the parent's own copy). What counts
-    as a kernel is the grader's reading (``tests/executor/triton_source.py``); names
+    as a kernel is the grader's reading (``harness/triton_source.py``); names
     ``BORROWED_NAMES`` matches are left out.
     """
     names = set().union(*kernels_in_sources(sources).values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 
-from tests.harness import gpus
+from harness import gpus
 
 
 def environment() -> dict:

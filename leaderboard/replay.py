@@ -12,7 +12,7 @@ worker's word and is used only as a script:
 
 1. The parent fills each storage itself: an input with its own values of that input (from its
    seed), a constant with that constant, anything else with NaN.
-2. The grader's replay process (``tests/executor/replay_server.py``: kernels-only modules that
+2. The grader's replay process (``executor/replay_server.py``: kernels-only modules that
    the parent writes from its own copy of the source, cut-down builtins, a user of its own)
    replays the forward's launches. Some tensor they were passed must hold O, within the tests'
    tolerance of the parent's float64 reference, or the run is refused ``not_replayed``.
@@ -71,8 +71,8 @@ def storages_for(record: dict, inputs: dict[str, torch.Tensor]) -> list[dict]:
 
 def check_record(record) -> None:
     """Raise ``wire.ProtocolError`` unless ``record`` is a launch record the replay can take."""
-    from tests.executor.replay import _check_record
-    from tests.executor.wire import ProtocolError
+    from harness.replay import _check_record
+    from executor.wire import ProtocolError
 
     if not (isinstance(record, dict) and isinstance(record.get("storages"), list)):
         raise ProtocolError("a malformed launch record")
@@ -92,9 +92,9 @@ def replay_verdict(record: dict | None, forward: int, sources: dict[str, str], i
     its float64 O on them; ``time_ms``: the official time (None: no time check, as with ``--cpu``);
     ``uid``: the user the replay runs as (None: this one); ``interpret``: replay under Triton's
     interpreter (``--cpu``)."""
-    from tests.executor.process import ExecutorSettings
-    from tests.executor.replay import Call, Replays
-    from tests.executor.wire import ProtocolError
+    from harness.process import ExecutorSettings
+    from harness.replay import Call, Replays
+    from executor.wire import ProtocolError
 
     try:
         check_record(record)

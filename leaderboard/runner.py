@@ -3,7 +3,7 @@ sandbox, judge what it reports, store a record.
 
 Staff read this file to know what is recorded and where the submission's code runs. The
 submission never runs in this process. The parent reads the submission's files once, by the
-grader's rule (tests/harness/submission.py; a submission with a file that breaks it is not timed), into
+grader's rule (harness/submission.py; a submission with a file that breaks it is not timed), into
 its own copy: the hash, the Triton kernel names and the sandbox's copy all come from those bytes;
 leases a sandbox uid (``worker_setup``; without root it refuses to run unless ``same_user``), and
 starts the worker there with a clean environment, a seed for every checked input, the
@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.harness.submission import files_hash, kit_link_roots, read_submission
+from harness.submission import files_hash, kit_link_roots, read_submission
 
 from leaderboard.config import WORKER_TIMEOUT_S
 from leaderboard.store import ROOT, append_record
@@ -46,7 +46,7 @@ LINK_ROOTS = tuple(kit_link_roots(ROOT))
 
 def submission_files(directory: Path) -> dict[str, bytes]:
     """The parent's own copy of a submission: relative path -> bytes of each of its files, as
-    tests/harness/submission.py reads them (the grader's rule: links only into the submission or
+    harness/submission.py reads them (the grader's rule: links only into the submission or
     ``LINK_ROOTS``, each file within its size limit).
 
     Raises SubmissionError, naming each file and the fix, when a file of the submission breaks
@@ -185,7 +185,7 @@ def parent_replay(files: dict[str, bytes], run, isolated: bool):
     from leaderboard.gate import check_inputs
     from leaderboard.replay import replay_verdict
     from leaderboard.worker_setup import Identity, lease_uid
-    from tests.checks.flash_reference import attention_float64
+    from harness.flash_reference import attention_float64
 
     def judge_record(record, forward: int, time_ms: float | None):
         p = run.problem

@@ -64,7 +64,7 @@ def conditions(rows: list[dict]) -> list[str]:
 def refusal_reason(refusal: dict) -> str:
     """A refusal in a table cell: its code, and for a plain ``error`` what the error was (a stub's
     ``not implemented: FILE: FUNCTION``, else the message's start), so a student sees why."""
-    from tests.harness.stub_failures import STUB_MESSAGE
+    from harness.stub_failures import STUB_MESSAGE
 
     code, message = str(refusal.get("code", "?")), str(refusal.get("message", ""))
     if code != "error" or not message:

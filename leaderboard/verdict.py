@@ -157,8 +157,8 @@ def _tensors(message: Message, shape: tuple[int, ...], dtype: torch.dtype, devic
 def check_gate(message: Message, run: Run, judgement: Judgement) -> None:
     """The correctness gate, recomputed in the parent on the inputs its seed gives."""
     from leaderboard.gate import check_inputs, compare_all
-    from tests.checks.flash_reference import attention_float64
-    from tests.checks.flash_tolerances import GATE_TOLERANCES
+    from harness.flash_reference import attention_float64
+    from harness.flash_tolerances import GATE_TOLERANCES
 
     p = run.problem
     got = _tensors(message, p.shape, p.dtype, p.device)
@@ -173,8 +173,8 @@ def check_gate(message: Message, run: Run, judgement: Judgement) -> None:
 def check_fresh(message: Message, label: str, run: Run, judgement: Judgement) -> None:
     """One fresh-input call, compared in the parent on the batch element its seed picks."""
     from leaderboard.gate import check_inputs, checked_batch_element, compare_all
-    from tests.checks.flash_reference import attention_float64
-    from tests.checks.flash_tolerances import GATE_TOLERANCES
+    from harness.flash_reference import attention_float64
+    from harness.flash_tolerances import GATE_TOLERANCES
 
     p = run.problem
     b = checked_batch_element(p, run.seed, label)

@@ -75,7 +75,7 @@ class Evaluation:
 
         from leaderboard import config
         from leaderboard.timer_guard import capture_clock, snapshot
-        from tests.checks.flash_tolerances import GATE_TOLERANCES
+        from harness.flash_tolerances import GATE_TOLERANCES
 
         self.torch = torch
         self.submission = submission
@@ -179,7 +179,7 @@ class Evaluation:
 
     def load(self) -> None:
         from leaderboard.detectors import Refusal
-        from tests.harness.submission import load_adapters
+        from harness.submission import load_adapters
 
         if self.Fn is None:
             log(f"importing the submission in {self.submission}")
@@ -217,7 +217,7 @@ class Evaluation:
     def correctness_gate(self) -> None:
         from leaderboard.detectors import Refusal, check_unchanged
         from leaderboard.gate import compare_all
-        from tests.checks.flash_reference import attention_float64
+        from harness.flash_reference import attention_float64
 
         p = self.problem
         if self.cuda:  # CS336's official timing, literally
@@ -253,7 +253,7 @@ class Evaluation:
 
     def launch_record(self) -> None:
         """Write down every launch of the submission's kernels in one eager forward and backward on
-        the gate's inputs (``tests/executor/launches.py``), and send it to the parent, which replays
+        the gate's inputs (``executor/launches.py``), and send it to the parent, which replays
         the launches on its own inputs in a process that runs only the kernels (its verdict and the
         kernels' time: ``runner.parent_replay``). The record names storages: the gate's Q, K, V and
         dO by name, a constant by its value, anything else as unknown (the parent starts it as NaN).
@@ -288,7 +288,7 @@ class Evaluation:
     def fresh_inputs(self) -> None:
         from leaderboard.detectors import Refusal
         from leaderboard.gate import check_inputs, checked_batch_element, compare_all
-        from tests.checks.flash_reference import attention_float64
+        from harness.flash_reference import attention_float64
 
         p = self.problem
         torch = self.torch
@@ -452,7 +452,7 @@ class Evaluation:
         self.untampered("after timing")
 
 
-# The submission's @triton.jit launches (tests/executor/launches.py LaunchLog; set by worker_boot.py): for the
+# The submission's @triton.jit launches (executor/launches.py LaunchLog; set by worker_boot.py): for the
 # launch record on a GPU, and for the launch record and the profile under the interpreter (--cpu).
 LAUNCH_LOG = None
 

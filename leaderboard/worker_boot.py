@@ -14,7 +14,7 @@ from pathlib import Path
 
 from leaderboard import worker
 from leaderboard.worker import MODES, WORKER_LIMITS, evaluate
-from tests.harness import gpus
+from harness import gpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 def install_launch_log(submission: Path) -> None:
     """On a GPU: note the launches of the kernels defined in the submission (``LAUNCH_LOG``), for
     the launch record of ``Evaluation.launch_record``, which takes the log off again."""
-    from tests.executor.launches import LaunchLog
+    from executor.launches import LaunchLog
 
     worker.LAUNCH_LOG = LaunchLog(str(submission))
     worker.LAUNCH_LOG.install()
@@ -91,13 +91,13 @@ def install_launch_log(submission: Path) -> None:
 
 def record_interpreted_launches() -> None:
     """Under Triton's interpreter: note every @triton.jit function launched (in ``LAUNCH_LOG``,
-    the grader's launch log: ``tests/executor/launches.py``), and keep torch.compile from tracing
+    the grader's launch log: ``executor/launches.py``), and keep torch.compile from tracing
     into the interpreter (its numpy code fails under dynamo): interpreted launches run as
     written, as graph breaks."""
     import torch
     from triton.runtime.interpreter import InterpretedFunction
 
-    from tests.executor.launches import LaunchLog
+    from executor.launches import LaunchLog
 
     worker.LAUNCH_LOG = LaunchLog(None)
     worker.LAUNCH_LOG.install()

@@ -38,7 +38,10 @@ from confine.environment import machine_env, own_folders
 from confine.views import needed_paths, unreadable
 from leaderboard.store import ROOT
 
-# What the worker imports from the kit (copied into every sandbox): nothing else of the kit.
+# What the worker imports from the kit (copied into every sandbox): the modules of confine/ and
+# leaderboard/ named here, nothing else of theirs, and the kit's shared packages whole (students
+# get them too): executor/ (what runs beside a submission) and harness/ (the truths it checks with).
+SHARED_PACKAGES = ("executor", "harness")
 WORKER_MODULES = (
     "confine/__init__.py",
     "confine/frames.py",
@@ -56,16 +59,8 @@ WORKER_MODULES = (
     "leaderboard/timing.py",
     "leaderboard/worker.py",
     "leaderboard/worker_boot.py",
-    "tests/__init__.py",
-    "tests/checks/assertions.py",
-    "tests/executor/__init__.py",
-    "tests/executor/launches.py",
-    "tests/executor/loading.py",
-    "tests/executor/triton_source.py",
-    "tests/checks/flash_reference.py",
-    "tests/checks/flash_tolerances.py",
-    "tests/harness/gpus.py",
-    "tests/harness/submission.py",
+    *sorted(path.relative_to(ROOT).as_posix() for package in SHARED_PACKAGES
+            for path in (ROOT / package).rglob("*.py")),
 )
 SAME_USER_HINT = (
     "run the leaderboard as root, so that the student code runs as an unprivileged uid of its own "

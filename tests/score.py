@@ -8,7 +8,7 @@ the grader gives it: ``tests/points.toml`` lists that (in the course's own repos
 file does not exist, the same numbers are computed from the grader's points table). A test
 earns its points only if it passes; a skipped test earns none, except that tests marked ``gpu``
 are "not graded here" on a machine without CUDA, as on the grader's CPU runners, and so are
-tests marked ``triton`` on a machine without Triton (macOS, Windows; tests/harness/triton_marker.py).
+tests marked ``triton`` on a machine without Triton (macOS, Windows; harness/triton_marker.py).
 
 The grader also runs hidden tests, which hold the rest of each problem's points: this table
 shows only what the visible tests are worth, so the final grade can be lower than it suggests.
@@ -16,7 +16,7 @@ shows only what the visible tests are worth, so the final grade can be lower tha
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m tests.score")
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import gpus
-from tests.harness.gpu_marker import gpus_needed
-from tests.harness.triton_marker import needs_triton, triton_importable
+from harness import gpus
+from harness.gpu_marker import gpus_needed
+from harness.triton_marker import needs_triton, triton_importable
 
 ROOT = Path(__file__).resolve().parent.parent
 POINTS_FILE = Path(__file__).resolve().parent / "points.toml"

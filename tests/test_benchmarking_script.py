@@ -4,7 +4,7 @@ The timer is checked on a CPU with fakes: a fake clock that only moves when the 
 the fake sync runs, and a sync that really sleeps (they run here, called back by the
 submission). benchmark_model runs a tiny model on the CPU while a spy next to the submission
 counts forward passes, backward passes and optimizer steps; the CLI runs there with its output
-captured (tests/executor/probes/benchmarking_script.py).
+captured (executor/probes/benchmarking_script.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.checks import timing_checks
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import TINY_MODEL, LMSpy, lm_spy, outcome_value  # noqa: F401 (lm_spy is a fixture)
 
 TINY_CLI = ["--d-model", "16", "--d-ff", "32", "--num-layers", "1", "--num-heads", "2", "--device", "cpu"]

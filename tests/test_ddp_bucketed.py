@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.executor.probes.parallel_models import CHAIN_WIDTHS
-from tests.checks.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
+from executor.probes.parallel_models import CHAIN_WIDTHS
+from harness.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
                                    check_frozen_weight_left_out_of_buckets, check_state_stays_bounded, describe,
                                    run_ddp, step_events)
 

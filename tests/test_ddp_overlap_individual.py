@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.checks.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_overlap_in_gpu_profile,
+from harness.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_overlap_in_gpu_profile,
                                    check_state_stays_bounded, gradient_numels, run_ddp)
 
 

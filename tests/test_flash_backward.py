@@ -1,10 +1,10 @@
 """Visible tests for §2.5 flash_backward: the backward of both FlashAttention-2 Functions.
 
 Each test runs ``Function.apply(Q, K, V, is_causal)``, then backward with a random dO, and
-compares dQ, dK, dV with autograd through plain attention in float64 (tests/checks/flash_reference.py)
-under the tolerances of tests/checks/flash_tolerances.py. The backward must rebuild the probabilities
+compares dQ, dK, dV with autograd through plain attention in float64 (harness/flash_reference.py)
+under the tolerances of harness/flash_tolerances.py. The backward must rebuild the probabilities
 from the saved logsumexp L, so a wrong L fails here too. A failure names the case in one line
-you can rerun (see tests/checks/flash_cases.py) and says by how much it missed.
+you can rerun (see harness/flash_cases.py) and says by how much it missed.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 import torch
 from hypothesis import example, given, note
 
-from tests.harness import gpus
-from tests.checks.flash_cases import FlashCase, check_backward, first_case, flash_case_strategy
-from tests.harness.autotune_configs import EVERY_CONFIG_SHAPE
-from tests.harness.hypothesis_profiles import FUZZ
+from harness import gpus
+from harness.flash_cases import FlashCase, check_backward, first_case, flash_case_strategy
+from harness.autotune_configs import EVERY_CONFIG_SHAPE
+from harness.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if gpus.count() else "cpu"
-# The Triton cases are marked: they are skipped where Triton is not installed (tests/harness/triton_marker.py).
+# The Triton cases are marked: they are skipped where Triton is not installed (harness/triton_marker.py).
 IMPLEMENTATIONS = ("pytorch", pytest.param("triton", marks=pytest.mark.triton))
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.fake_flash import NAMES, PHASES, fake_sweep
 
 

@@ -2,8 +2,8 @@
 
 Each test calls ``adapters.get_flashattention_autograd_function_pytorch().apply(Q, K, V, is_causal)``
 and compares O and the saved logsumexp L with plain attention in float64
-(tests/checks/flash_reference.py), under the tolerances of tests/checks/flash_tolerances.py. A failure names
-the case in one line you can rerun (see tests/checks/flash_cases.py) and says by how much it missed.
+(harness/flash_reference.py), under the tolerances of harness/flash_tolerances.py. A failure names
+the case in one line you can rerun (see harness/flash_cases.py) and says by how much it missed.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 import torch
 from hypothesis import given, note
 
-from tests.harness import gpus
+from harness import gpus
 from tests.checks.flash_bad_inputs import BAD_INPUTS, assert_rejects
-from tests.checks.flash_cases import FlashCase, check_forward, flash_case_strategy
-from tests.harness.hypothesis_profiles import FUZZ
+from harness.flash_cases import FlashCase, check_forward, flash_case_strategy
+from harness.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 

@@ -2,10 +2,10 @@
 
 Each test calls ``adapters.get_flashattention_autograd_function_triton().apply(Q, K, V, is_causal)``
 and compares O and the saved logsumexp L with plain attention in float64
-(tests/checks/flash_reference.py), under the tolerances of tests/checks/flash_tolerances.py. Without a GPU
+(harness/flash_reference.py), under the tolerances of harness/flash_tolerances.py. Without a GPU
 the kernel runs under Triton's interpreter (slow, so shapes stay small there) in float32 and
 float16; with a GPU, bfloat16 and larger shapes are fuzzed too. A failure names the case in one
-line you can rerun (see tests/checks/flash_cases.py) and says by how much it missed.
+line you can rerun (see harness/flash_cases.py) and says by how much it missed.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 import torch
 from hypothesis import example, given, note
 
-from tests.harness import gpus
+from harness import gpus
 from tests.checks.flash_bad_inputs import BAD_INPUTS, assert_rejects
-from tests.checks.flash_cases import FlashCase, check_forward, first_case, flash_case_strategy
-from tests.harness.autotune_configs import EVERY_CONFIG_SHAPE
-from tests.harness.hypothesis_profiles import FUZZ
+from harness.flash_cases import FlashCase, check_forward, first_case, flash_case_strategy
+from harness.autotune_configs import EVERY_CONFIG_SHAPE
+from harness.hypothesis_profiles import FUZZ
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 pytestmark = pytest.mark.triton  # every test here runs your Triton kernel (skipped where Triton is missing)

@@ -2,7 +2,7 @@
 
 Without CUDA only the refusal can be tested (``torch.cuda.is_available`` is forced to False next
 to your code, so this test runs on GPU machines too). The snapshot and the peak need a GPU. Your
-code runs a known workload in its own process (tests/executor/probes/memory_profiling.py), which
+code runs a known workload in its own process (executor/probes/memory_profiling.py), which
 writes the snapshot into its own temporary folder and reads it there; the checks are here.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import outcome_value
 
 MiB = 1 << 20

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.assertions import assert_close
-from tests.executor.probes import run_probe
+from harness.assertions import assert_close
+from executor.probes import run_probe
 from tests.checks.model_spies import TINY_MODEL
 from tests.checks.nvtx_recorder import MATMUL_OPS, SOFTMAX_OPS, nvtx, ops_by_range  # noqa: F401 (nvtx fixture)
 

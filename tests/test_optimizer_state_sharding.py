@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.checks.parallel_checks import run_sharded_optimizer
+from harness.parallel_checks import run_sharded_optimizer
 
 
 @pytest.mark.parametrize(("model", "world_size"), [("frozen", 2), ("tied", 3), ("chain", 3)])

@@ -2,7 +2,7 @@
 
 They pass before you write anything, and keep passing unless the provided files are changed:
 the logits' shape, causality, RoPE, the attention swap used by §1.2, and the size table. What
-needs the model's parameters or submodules runs next to it (tests/executor/probes/provided_model.py).
+needs the model's parameters or submodules runs next to it (executor/probes/provided_model.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.assertions import assert_close
-from tests.executor.probes import run_probe
+from harness.assertions import assert_close
+from executor.probes import run_probe
 from tests.checks.model_spies import TINY_MODEL
 
 SIZES = {  # the assignment's table: d_model, d_ff, num_layers, num_heads

@@ -3,7 +3,7 @@
 Compiling on a CPU generates and builds C++ (seconds per graph), so shapes are tiny and each
 compiled object is built once per test session and shared (see ``compiled_once``). What
 ``torch.compile`` was given and returned is watched next to the submission by the probes of
-tests/executor/probes/torch_compile.py; the verdicts are here.
+executor/probes/torch_compile.py; the verdicts are here.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.assertions import assert_close
+from harness.assertions import assert_close
 from tests.checks.attention_truth import eager_model_truth, model_attention, require_compiled
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import TINY_MODEL, compiled_once
 
 def compiled_attention(adapters) -> dict:

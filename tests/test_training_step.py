@@ -4,12 +4,12 @@ The same run as the training-step board's CPU run: each rank builds the provided
 copy of the model, float32, one seed), hands it to ``adapters.get_training_step``, runs three
 steps on its rows of a batch of 4 sequences of 16 tokens, then three more calls as the board
 times them. What comes back (losses, full parameters, every collective called) is judged here
-against one process training on the whole batch with AdamW (tests/checks/training_step.py).
+against one process training on the whole batch with AdamW (harness/training_step.py).
 """
 
 from __future__ import annotations
 
-from tests.checks.training_step import TINY, assert_passes, run_and_judge
+from harness.training_step import TINY, assert_passes, run_and_judge
 
 
 def test_training_step_matches_single_process_training(adapters):

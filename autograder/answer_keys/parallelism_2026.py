@@ -25,7 +25,7 @@ for N = 2) must be ``inf``; a choice must name the right option.
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.answer_keys.parallelism_2026")

@@ -8,7 +8,7 @@ judge (did a job leave a result?) and its ``Wording``; ``drive`` then does the s
 
 0. check the interpreter each job's command starts (its ``argv[0]``): one that cannot import the
    kit's stack stops the batch (exit status 2, one line naming the interpreter to use) before a
-   job is queued (tests/harness/interpreter.py);
+   job is queued (harness/interpreter.py);
 1. resume: skip each task whose folder holds a ``batch.json`` that says done, with the same key,
    beside readable outputs;
 2. say the plan on the console (``--dry-run``: print each command, and for Slurm the sbatch
@@ -52,7 +52,7 @@ from autograder.batch.executors import (
     run_with_retry,
     slurm_script,
 )
-from tests.harness.interpreter import EXIT_WRONG_PYTHON, stack_missing, wrong_python_line
+from harness.interpreter import EXIT_WRONG_PYTHON, stack_missing, wrong_python_line
 
 CLUSTERS = ("local", "slurm", "submitit-local", "submitit-debug")
 SUBMITIT = {"slurm": "slurm", "submitit-local": "local", "submitit-debug": "debug"}  # --cluster -> submitit's name

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness import gpus as gpu_query  # the parameter `gpus` below is the --gpus option
+from harness import gpus as gpu_query  # the parameter `gpus` below is the --gpus option
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,13 @@ from autograder.batch.report import class_report
 from autograder.bundle import secret_digest
 from autograder.hidden_tests.secret import SEED_ENV
 from autograder.manifest import load_manifest
-from tests.harness.submission import submission_hash
+from harness.submission import submission_hash
 
 KIT = Path(__file__).resolve().parents[2]
-# What decides a grade: the grader, the visible and hidden tests, the manifest, the kit's conftest.
+# What decides a grade: the grader, the visible and hidden tests and what runs them, the manifest, the kit's conftest.
 GRADING_FILES = ("autograder/*.py", "autograder/manifest.toml", "autograder/test_durations.toml",
-                 "autograder/grader_pytest.ini", "autograder/hidden_tests/**/*", "tests/**/*.py", "conftest.py")
+                 "autograder/grader_pytest.ini", "autograder/hidden_tests/**/*", "tests/**/*.py", "harness/*.py",
+                 "executor/**/*.py", "conftest.py")
 SLACK_S = 600  # a grade's process may run this much past the grade's own total limit before it is killed
 WORDING = Wording(command="batch", title="Batch grade", verb="grade", done="graded", noun="grades", version="kit")
 

@@ -26,7 +26,7 @@ cluster through ``SLURM_CONF``; jobs submitted as root run as root, as a grade n
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.batch.local_slurm")

@@ -25,9 +25,9 @@ import warnings
 import torch
 
 from autograder.hidden_tests.secret import course_secret
-from tests.harness import gpus
-from tests.checks.assertions import assert_close, assert_meta, place_rerun
-from tests.checks.flash_cases import (
+from harness import gpus
+from harness.assertions import assert_close, assert_meta, place_rerun
+from harness.flash_cases import (
     FlashCase,
     compile_apply,
     explain_device_refusal,
@@ -35,8 +35,8 @@ from tests.checks.flash_cases import (
     saved_logsumexp,
     saved_tensors,
 )
-from tests.checks.flash_reference import attention_float64
-from tests.checks.flash_tolerances import tolerance
+from harness.flash_reference import attention_float64
+from harness.flash_tolerances import tolerance
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 # On a GPU, torch.compile's default backend (inductor), as the leaderboard uses it. On a CPU,
@@ -192,7 +192,7 @@ class _naming_failures:
         return self
 
     def __exit__(self, kind, error, traceback):
-        from tests.executor.process import ExecutorFailure
+        from harness.process import ExecutorFailure
 
         if isinstance(error, ExecutorFailure):
             raise ExecutorFailure(f"{error}\n  while running {self.context}") from None

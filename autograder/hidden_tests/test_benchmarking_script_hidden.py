@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.checks import timing_checks
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import TINY_MODEL, LMSpy, lm_spy, outcome_value  # noqa: F401 (lm_spy is a fixture)
 
 TINY_CLI = ["--d-model", "16", "--d-ff", "32", "--num-layers", "1", "--num-heads", "2", "--device", "cpu"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
+from harness.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
                                    check_buckets_in_dtype, check_frozen_weight_left_out_of_buckets,
                                    check_state_stays_bounded, describe,
                                    run_ddp, step_events)

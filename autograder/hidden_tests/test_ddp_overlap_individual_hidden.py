@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
+from harness.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
                                    gradient_numels, run_ddp)
 
 

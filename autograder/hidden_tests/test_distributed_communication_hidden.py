@@ -7,8 +7,8 @@ import torch
 
 from tests.checks import timing_checks
 from tests.checks.distributed_communication_checks import as_time_steps, run_benchmark, table_rows
-from tests.executor.probes import run_probe
-from tests.executor.probes.distributed_communication import PNG_MAGIC
+from executor.probes import run_probe
+from executor.probes.distributed_communication import PNG_MAGIC
 from tests.checks.model_spies import outcome_value
 
 

@@ -21,7 +21,7 @@ from autograder.hidden_tests.flash_hidden_checks import (
     hidden_case,
     hidden_seed,
 )
-from tests.checks.flash_cases import check_backward
+from harness.flash_cases import check_backward
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 IMPLEMENTATIONS = ("pytorch", "triton")

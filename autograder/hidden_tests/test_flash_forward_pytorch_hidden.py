@@ -20,7 +20,7 @@ from autograder.hidden_tests.flash_hidden_checks import (
     hidden_case,
     hidden_seed,
 )
-from tests.checks.flash_cases import check_forward
+from harness.flash_cases import check_forward
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 

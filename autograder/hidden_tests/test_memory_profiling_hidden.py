@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import outcome_value
 
 MiB = 1 << 20

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
+from harness.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),

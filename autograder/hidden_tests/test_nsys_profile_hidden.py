@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.assertions import assert_close
+from harness.assertions import assert_close
 from tests.checks.model_spies import TINY_MODEL
 from tests.checks.nvtx_recorder import nvtx  # noqa: F401 (fixture)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.parallel_checks import run_sharded_optimizer
+from harness.parallel_checks import run_sharded_optimizer
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.checks.assertions import assert_close
+from harness.assertions import assert_close
 from tests.checks.attention_truth import model_attention, require_compiled
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import TINY_MODEL, compiled_once
 
 

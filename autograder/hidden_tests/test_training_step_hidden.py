@@ -1,13 +1,13 @@
 """Hidden tests of §3.8 training_step: the training-step board's rules, one test each, and the bf16 gate.
 
-Each test runs the submission's step on two gloo ranks (tests/checks/training_step.py) and
+Each test runs the submission's step on two gloo ranks (harness/training_step.py) and
 applies one of the board's detectors; the cheats of the board's fixtures each fail one of
 them (autograder/selftests/test_training_step_cheats.py).
 """
 
 from __future__ import annotations
 
-from tests.checks.training_step import TINY, TINY_BF16, assert_passes, run_and_judge
+from harness.training_step import TINY, TINY_BF16, assert_passes, run_and_judge
 
 
 def test_training_step_trains_the_provided_model(adapters):

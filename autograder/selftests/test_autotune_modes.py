@@ -1,7 +1,7 @@
 """A correctness test compiles one autotune config, a timing test benchmarks them all, and an
 every-config test runs the n-th.
 
-Read by staff changing tests/executor/autotune.py. The executor installs its wrapper on GPU
+Read by staff changing executor/autotune.py. The executor installs its wrapper on GPU
 runners; these checks run it under Triton's CPU interpreter, in a child process, with an
 autotuner whose configs record when they are tried (a config's ``pre_hook`` runs each time the
 autotuner launches it, compiled or not).
@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import torch, triton, triton.language as tl
     from triton.runtime.errors import OutOfResources
-    from tests.executor.autotune import autotune_mode, install
+    from executor.autotune import autotune_mode, install
 
     install(interpreter=sys.argv[3] == "interpreter")  # "gpu": the fake do_bench stands in for timing
     tried = []
@@ -135,11 +135,11 @@ def _every_config_failure(mutant: str, tmp_path: Path, backward: bool) -> str:
 
     from fixtures import materialize
     from fixtures.mutants import get
-    from tests.checks.flash_cases import FlashCase, check_backward, check_forward
-    from tests.executor.client import Executor
-    from tests.executor.process import ExecutorSettings
-    from tests.executor.proxies import RemoteAdapters
-    from tests.harness.autotune_configs import EachAutotuneConfig
+    from harness.flash_cases import FlashCase, check_backward, check_forward
+    from harness.client import Executor
+    from harness.process import ExecutorSettings
+    from harness.proxies import RemoteAdapters
+    from harness.autotune_configs import EachAutotuneConfig
 
     submission = materialize(get(mutant), tmp_path / mutant)
     executor = Executor(ExecutorSettings(submission=submission, workdir=tmp_path / f"{mutant}-work", test_timeout_s=120.0))
@@ -173,7 +173,7 @@ def test_the_every_config_checks_fail_through_the_executor_naming_the_config(tmp
 
 
 def test_every_test_of_the_submission_runs_each_config_and_names_the_one_that_failed(tmp_path):
-    """The plugin in tests/harness/autotune_configs.py: an ordinary backward test (not an
+    """The plugin in harness/autotune_configs.py: an ordinary backward test (not an
     every-config one) of a mutant whose backward config 1 is wrong fails, naming config 1, under
     the grader's ``--isolate`` (its config 0 passes: the every-config test above shows it)."""
     from fixtures import materialize

@@ -22,7 +22,7 @@ import pytest
 from autograder.batch.report import class_report
 from autograder.manifest import load_manifest
 from autograder.selftests.fake_export import build_export
-from tests.harness import gpus
+from harness import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 

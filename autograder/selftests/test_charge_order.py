@@ -1,8 +1,8 @@
 """A test is charged the same whether it runs alone or after the rest of its file.
 
 Read by staff changing what the grader's watchdog charges a test (autograder/runner.py's
-``Budget`` over every process under the harness, tests/executor/cpu_clock.py) or when the
-executor and the replay process start (tests/executor/client.py ``ready``, autograder/pytest_plugin.py).
+``Budget`` over every process under the harness, harness/cpu_clock.py) or when the
+executor and the replay process start (harness/client.py ``ready``, autograder/pytest_plugin.py).
 Issue 39: a hidden test passed alone but failed its limit in a full grade. On a CPU (2026-12-05,
 2 cores, load 3-5) the correct base's Triton backward fuzz test was charged 9.3 s of CPU first in
 its process and 4.6 s after another Triton test: the first test of a process paid the rest of the
@@ -26,7 +26,7 @@ import pytest
 
 from autograder.grade import GradeOptions, grade
 from fixtures.mutants import BASE_DIR
-from tests.harness import gpus
+from harness import gpus
 
 FILE = "tests/test_flash_forward_triton.py"
 MEASURED = f"{FILE}::test_flash_forward_triton_every_autotune_config[causal]"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.executor.probes import torch_compile as probe
+from executor.probes import torch_compile as probe
 
 
 class _CudaLooking(torch.Tensor):

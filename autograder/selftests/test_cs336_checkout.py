@@ -100,7 +100,7 @@ def _checkout(root: Path, adapters: str) -> Path:
 
 def _getters(submission: Path) -> list[str]:
     """The class names the submission's two getters return, asked in a fresh process."""
-    code = ("import sys; from pathlib import Path; from tests.harness.submission import load_adapters; "
+    code = ("import sys; from pathlib import Path; from harness.submission import load_adapters; "
             f"a = load_adapters(Path(sys.argv[1])); print([getattr(a, n)().__name__ for n in {FLASH_GETTERS!r}])")
     done = subprocess.run([sys.executable, "-c", code, str(submission)], cwd=KIT, capture_output=True, text=True,
                           timeout=120)

@@ -26,7 +26,7 @@ from fixtures import materialize
 from fixtures.mutants import DISTRIBUTED_MUTANTS
 from autograder.manifest import load_manifest
 from autograder.selftests.test_mutant_catalog import ONLY, _outcomes
-from tests.harness import gpus
+from harness import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 MIN_MUTANTS = 10

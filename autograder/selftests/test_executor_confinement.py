@@ -25,8 +25,8 @@ import torch
 from confine import uid_pool
 from fixtures import KIT, materialize
 from fixtures.attacks import get
-from tests.executor.client import Executor
-from tests.executor.process import ExecutorSettings
+from harness.client import Executor
+from harness.process import ExecutorSettings
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="executors get their own user ids only when graded as root")
 

@@ -4,7 +4,7 @@ Under Triton's CPU interpreter (triton 3.6) a launch that calls a jit function f
 (``tl.zeros`` is one) leaves 61 attributes of ``triton.language.core`` patched after it returns,
 so a test's kernels ran on a language the tests before it had left, and a test could pass alone
 and fail in a full grade. The executor now sets the language back between requests
-(tests/executor/triton_language.py); this runs that kernel through an executor and asks the
+(executor/triton_language.py); this runs that kernel through an executor and asks the
 same process what the next request finds.
 """
 
@@ -70,9 +70,9 @@ def _submission(root: Path) -> Path:
 @pytest.fixture
 def adapters(tmp_path, monkeypatch):
     """The test submission's adapters, served by an executor under Triton's interpreter."""
-    from tests.executor.client import Executor
-    from tests.executor.process import ExecutorSettings
-    from tests.executor.proxies import RemoteAdapters
+    from harness.client import Executor
+    from harness.process import ExecutorSettings
+    from harness.proxies import RemoteAdapters
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     executor = Executor(ExecutorSettings(submission=_submission(tmp_path / "submission"), workdir=tmp_path / "work",
@@ -124,7 +124,7 @@ def test_the_snapshot_sets_back_what_a_launch_left_and_nothing_else(tmp_path):
         sys.path.insert(0, sys.argv[1])
         import torch
         import adapters
-        from tests.executor.triton_language import LanguageSnapshot
+        from executor.triton_language import LanguageSnapshot
         snapshot = LanguageSnapshot()
         x = torch.arange(8, dtype=torch.float32)
         adapters.run_kernel(x)

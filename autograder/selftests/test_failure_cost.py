@@ -1,8 +1,8 @@
 """A wrong submission costs the grader no more time than a right one, in the Triton shape-fuzz tests.
 
 Read by staff changing the shape-fuzz tests (tests/test_flash_forward_triton.py,
-tests/test_flash_backward.py), their first case (tests/checks/flash_cases.py ``first_case``) or the
-Hypothesis profiles (tests/harness/hypothesis_profiles.py). Issue 39 measured, on an H200, one-bug
+tests/test_flash_backward.py), their first case (harness/flash_cases.py ``first_case``) or the
+Hypothesis profiles (harness/hypothesis_profiles.py). Issue 39 measured, on an H200, one-bug
 copies of a correct Triton backward grading in up to 4.8 times the correct copy's time; on a CPU
 (2026-12-05, 2 cores, load 1.8-3.2) ``backward_scale_one_over_d`` spent 69 s of CPU in
 ``test_flash_backward_triton_any_shape`` against 4-5 s for the correct base: Hypothesis found the
@@ -11,7 +11,7 @@ compile). Trying a small case first ends the test there for most bugs.
 
 Each submission below is graded on one fuzz test, as the grader grades it (its own test process,
 executor and replay), and the test's charged time is read from ``grade --timeline`` (the CPU
-seconds of its process tree, tests/executor/cpu_clock.py: a busy machine stretches the wall clock,
+seconds of its process tree, harness/cpu_clock.py: a busy machine stretches the wall clock,
 not this). A mutant must cost at most ``FACTOR`` times the correct base plus ``SLACK_S`` on the test
 its bug fails, and still fail it. Runs on a CPU (about 90 s: five one-test grades).
 """

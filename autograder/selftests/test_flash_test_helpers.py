@@ -1,8 +1,8 @@
 """The pieces every FlashAttention-2 test leans on are themselves right.
 
-Staff only. Checks tests/checks/flash_reference.py (the truth of the tests and of the leaderboard's
-gate) against PyTorch's own attention, its chunks against one chunk, tests/checks/assertions.py's
-verdicts and messages, tests/checks/flash_tolerances.py's tables, and that tests/checks/flash_cases.py's
+Staff only. Checks harness/flash_reference.py (the truth of the tests and of the leaderboard's
+gate) against PyTorch's own attention, its chunks against one chunk, harness/assertions.py's
+verdicts and messages, harness/flash_tolerances.py's tables, and that harness/flash_cases.py's
 layouts really are what they claim.
 """
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.checks.assertions import assert_close, assert_meta
-from tests.checks.flash_cases import LAYOUTS, FlashCase
-from tests.checks.flash_reference import attention_float64
-from tests.checks.flash_tolerances import GATE_TOLERANCES, IMPLEMENTATIONS, PYTORCH_FLOAT32, QUANTITIES, TOLERANCES, Tolerance, tolerance
+from harness.assertions import assert_close, assert_meta
+from harness.flash_cases import LAYOUTS, FlashCase
+from harness.flash_reference import attention_float64
+from harness.flash_tolerances import GATE_TOLERANCES, IMPLEMENTATIONS, PYTORCH_FLOAT32, QUANTITIES, TOLERANCES, Tolerance, tolerance
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
@@ -100,7 +100,7 @@ def test_every_dtype_and_quantity_has_a_tolerance():
 
 
 def test_the_pytorch_function_in_float32_gets_no_tf32_allowance():
-    """float32 arithmetic errs by ~1e-6 (tests/checks/flash_tolerances.py); a float16 accumulator by ~1e-3."""
+    """float32 arithmetic errs by ~1e-6 (harness/flash_tolerances.py); a float16 accumulator by ~1e-3."""
     for quantity in QUANTITIES:
         pytorch = tolerance(torch.float32, quantity, "pytorch")
         assert pytorch == PYTORCH_FLOAT32[quantity]

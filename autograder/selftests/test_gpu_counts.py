@@ -7,7 +7,7 @@ CPU runner treats every GPU test, never as failures. A test skipped for another 
 earns nothing. A CPU machine cannot have one GPU, so this checks the pieces: the marker, the
 verdict, the scorer and results.json, on made-up outcomes.
 
-It also checks the one GPU query every count comes from (tests/harness/gpus.py) against made-up
+It also checks the one GPU query every count comes from (harness/gpus.py) against made-up
 answers: a fake ``nvidia-smi`` for the listing the batch and the grader read, and a fake
 interpreter for the grader's probe, which must leave torch out of the process that asks.
 """
@@ -27,8 +27,8 @@ from autograder.manifest import load_manifest
 from autograder.results import results_json
 from autograder.scoring import GradedTest
 from autograder.runner import Verdict, _outcome
-from tests.harness import gpus
-from tests.harness.gpu_marker import SKIP_REASON, gpus_needed, skip_reason
+from harness import gpus
+from harness.gpu_marker import SKIP_REASON, gpus_needed, skip_reason
 from tests.score import Recorder
 
 NODE = "tests/test_fsdp.py::test_fsdp_memory_on_two_gpus"
@@ -148,7 +148,7 @@ def test_the_probe_reads_what_a_fresh_interpreter_answers(tmp_path, output, stat
 
 def test_the_probe_agrees_with_this_process_and_leaves_torch_out_of_the_caller():
     """The grader asks through the probe so that it never imports torch or initialises CUDA itself."""
-    script = "import sys; from tests.harness import gpus; n = gpus.probe_count(); print(n, 'torch' in sys.modules)"
+    script = "import sys; from harness import gpus; n = gpus.probe_count(); print(n, 'torch' in sys.modules)"
     answer = subprocess.run([sys.executable, "-c", script], cwd=KIT, capture_output=True, text=True, timeout=300)
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.split() == [str(gpus.count()), "False"], answer.stdout

@@ -32,7 +32,7 @@ def test_bundle_layout(bundle):
         assert entry in names
         assert stat.S_IMODE(archive.getinfo(entry).external_attr >> 16) & 0o100, f"{entry} must be executable"
     for needed in ("kit/autograder/grade.py", "kit/autograder/manifest.toml", "kit/conftest.py", "kit/setup.sh",
-                   "kit/reference/adapters.py", "kit/tests/harness/submission.py", "kit/pyproject.toml"):
+                   "kit/reference/adapters.py", "kit/harness/submission.py", "kit/pyproject.toml"):
         assert needed in names, needed
     assert any(name.startswith("kit/autograder/hidden_tests/test_") for name in names)
     assert archive.read("kit/reference/adapters.py") == (KIT / "adapters.py").read_bytes(), "links become files"

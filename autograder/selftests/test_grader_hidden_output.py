@@ -1,6 +1,6 @@
 """What results.json shows of a failed hidden test: its name and its redacted message, nothing more.
 
-A hidden test's message must give the shape, dtype and size of the error (tests/checks/assertions.py
+A hidden test's message must give the shape, dtype and size of the error (harness/assertions.py
 writes them), and never the hidden seed (the digits of ``seed=``, or the number anywhere),
 the secret, the case labels, the hidden tests' docstrings or source lines, or a traceback.
 One test grades the attack hidden_seed_in_message (wrong FlashAttention output, so the
@@ -108,9 +108,9 @@ def test_a_failed_hidden_test_shows_the_error_but_no_seed_or_hidden_text(monkeyp
 
 
 def _assert_close_message(monkeypatch) -> str:
-    """The message tests.checks.assertions.assert_close writes for a hidden case, as the harness would."""
+    """The message harness.assertions.assert_close writes for a hidden case, as the harness would."""
     from autograder.hidden_tests.flash_hidden_checks import hidden_case
-    from tests.checks.assertions import assert_close
+    from harness.assertions import assert_close
 
     monkeypatch.setenv("CS336_HIDDEN_SEED", SECRET)
     case = hidden_case("fp-b", batch=3, n_queries=17, n_keys=100, d=32, dtype=torch.float16, is_causal=True,

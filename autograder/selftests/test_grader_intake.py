@@ -12,7 +12,7 @@ import pytest
 from autograder.protocol import ForgedRecord, Signer, Verifier, new_key
 from autograder.results import leaderboard_entries
 from autograder.intake import copy_submission
-from tests.harness import gpus
+from harness import gpus
 
 
 def _submission(root: Path) -> Path:

@@ -19,7 +19,7 @@ import pytest
 from autograder.grade import GradeOptions, grade
 from autograder.selftests.gradescope_schema import problems_with
 from autograder.selftests.toy_kit import build_toy_kit
-from tests.harness import gpus
+from harness import gpus
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "setresuid"), reason="the grader needs a POSIX system")
 

@@ -20,7 +20,7 @@ from autograder import grade as grade_module
 from autograder.runner import SuiteRun, SuiteSpec
 from autograder.schedule import DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, plan_chains
 from autograder.test_pool import Pool, rotated
-from tests.harness.gpus import ListedGPU
+from harness.gpus import ListedGPU
 
 KIT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from fixtures.mutants import MUTANTS
 from autograder.grade import GradeOptions, grade
 from autograder.manifest import load_manifest
 from autograder.selftests.gradescope_schema import hidden_shown_early, problems_with
-from tests.harness import gpus
+from harness import gpus
 
 MANIFEST = load_manifest()
 

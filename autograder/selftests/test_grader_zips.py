@@ -25,7 +25,7 @@ from fixtures.attacks import zips
 from autograder.manifest import load_manifest
 from autograder.intake import SubmissionRejected, copy_submission
 from autograder.selftests.gradescope_schema import problems_with
-from tests.harness.submission import MAX_DATA_BYTES, MAX_TOTAL_BYTES
+from harness.submission import MAX_DATA_BYTES, MAX_TOTAL_BYTES
 
 KIT = Path(__file__).resolve().parents[2]
 REFERENCE = KIT / "reference"

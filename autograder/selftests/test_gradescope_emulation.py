@@ -24,7 +24,7 @@ real-Slurm selftest needs it; the bundle never sets this); ``CS336_SETUP_GRADE_F
 smoke grade to two light problems (the kit's own setup.sh grades the whole reference). Cost: four grades on a CPU (the smoke
 grade, the reference, the stubs, the hang): measured 2026-12-02 on a 2-core machine, 291 s at a
 load average of about 4 and 577 s at about 9; 147 s at about 2 (the smoke grade 51 s) once part 2's
-ranks stopped walking every inherited object (tests/executor/probes/parallel_launch.py) and the
+ranks stopped walking every inherited object (executor/probes/parallel_launch.py) and the
 hang's scaled-down limit went from 60 s to 40 s. Needs root and ``runuser`` (the executors' uids, and
 the check as ``nobody``); skipped otherwise. It found that ``/autograder/results`` was readable by
 every uid while the grade wrote hidden test names there; run_autograder now keeps it root only.

@@ -28,7 +28,7 @@ import pytest
 
 from fixtures import apply_edits, materialize
 from fixtures.mutants import BASE_DIR, DISTRIBUTED_MUTANTS, HIDDEN_FLASH_FILES, MUTANTS
-from tests.harness import gpus
+from harness import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 FLASH_PROBLEMS = ("flash_forward_pytorch", "flash_forward_triton", "flash_backward")

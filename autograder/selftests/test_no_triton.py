@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.harness.triton_marker import HOW_TO_RUN, SKIP_REASON
+from harness.triton_marker import HOW_TO_RUN, SKIP_REASON
 
 KIT = Path(__file__).resolve().parents[2]
 PYTHON = KIT / ".venv" / "bin" / "python"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.executor.probes.ddp_profile import BACKWARD_RANGE, kernel_timeline
-from tests.checks.parallel_checks import fsdp_memory_limits, judge_fsdp_memory, judge_overlap
+from executor.probes.ddp_profile import BACKWARD_RANGE, kernel_timeline
+from harness.parallel_checks import fsdp_memory_limits, judge_fsdp_memory, judge_overlap
 
 MIB = 2**20
 

@@ -1,4 +1,4 @@
-"""``tests/executor/probes/parallel_launch.launch``: what counts as a rank failing.
+"""``executor/probes/parallel_launch.launch``: what counts as a rank failing.
 
 A rank that saved its result and then died in the teardown (gloo's threads can abort there)
 did its part, and the ranks still working must be left to finish: stopping them failed a
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.executor.probes.parallel_launch import launch
+from executor.probes.parallel_launch import launch
 
 KIT = Path(__file__).resolve().parents[2]
 

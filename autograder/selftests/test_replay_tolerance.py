@@ -1,7 +1,7 @@
 """The replay's tolerance scales with V, as the tests' own does: a correct kernel on |V| near 1e5 passes.
 
 Read by staff changing how the grader judges a Triton call's outputs against its replay
-(tests/executor/replay.py ``value_scale``, ``Replays.found``; tests/executor/client.py
+(harness/replay.py ``value_scale``, ``Replays.found``; harness/client.py
 ``_raise_if_wrong``). Before, the correct base (fixtures/mutants/base) failed the hidden
 ``test_flash_backward_hidden_beyond_float16[triton]`` in every grade on a CPU, though the test's
 own check passed: float32 rounding at |V| near 1e5 moved near-zero elements of dQ by up to 0.1,
@@ -16,7 +16,7 @@ import torch
 
 from autograder.grade import GradeOptions, grade
 from fixtures.mutants import BASE_DIR
-from tests.executor.replay import Call, value_scale
+from harness.replay import Call, value_scale
 
 BEYOND_FLOAT16 = "autograder/hidden_tests/test_flash_backward_hidden.py::test_flash_backward_hidden_beyond_float16[triton]"
 

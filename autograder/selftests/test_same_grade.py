@@ -1,9 +1,9 @@
 """Same submission, same grade: the examples, the limits, the isolation and the credit do not vary.
 
-Read by staff changing how examples are drawn (tests/harness/example_seeds.py), how time is charged
-(tests/executor/cpu_clock.py, autograder/runner.py), how many chains a grade runs
+Read by staff changing how examples are drawn (harness/example_seeds.py), how time is charged
+(harness/cpu_clock.py, autograder/runner.py), how many chains a grade runs
 (autograder/cpus.py ``usable_cpus``), what survives from one test to the next
-(tests/executor/client.py, process.py), what a failure says (tests/checks/flash_cases.py, autograder/redaction.py) and
+(harness/client.py, process.py), what a failure says (harness/flash_cases.py, autograder/redaction.py) and
 what a bad-input test credits (tests/checks/flash_bad_inputs.py). Every check runs on a CPU.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.mutants import BASE_DIR
-from tests.harness.example_seeds import PUBLIC_SECRET, example_seed, seed_hypothesis_test
+from harness.example_seeds import PUBLIC_SECRET, example_seed, seed_hypothesis_test
 
 KIT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ def test_a_seeded_hypothesis_test_draws_the_same_examples_every_time():
     import torch
     from hypothesis import given
 
-    from tests.checks.flash_cases import flash_case_strategy
+    from harness.flash_cases import flash_case_strategy
 
     def draws(seed_value: int) -> list:
         seen = []
@@ -78,7 +78,7 @@ def test_draws(value):
 def test_the_kit_plugin_gives_every_run_of_a_test_the_same_examples(tmp_path):
     """Two runs with the course's secret draw the same values; another secret draws others."""
     (tmp_path / "test_fuzz.py").write_text(_FUZZ_FILE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ("tests.harness.example_seeds",)\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ("harness.example_seeds",)\n')
 
     def run(secret: str, name: str) -> list[str]:
         draws = tmp_path / name
@@ -97,7 +97,7 @@ def test_the_kit_plugin_gives_every_run_of_a_test_the_same_examples(tmp_path):
 _TIMEOUT_FILE = '''
 import os
 from hypothesis import given, strategies as st
-from tests.executor.process import ExecutorFailure
+from harness.process import ExecutorFailure
 
 @given(st.integers(0, 10**6))
 def test_times_out(value):
@@ -112,7 +112,7 @@ def test_times_out(value):
 
 def test_a_timeout_in_a_fuzz_test_names_the_example_that_timed_out(tmp_path):
     (tmp_path / "test_timeout.py").write_text(_TIMEOUT_FILE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ("tests.harness.stub_failures", "tests.harness.example_seeds")\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ("harness.stub_failures", "harness.example_seeds")\n')
     seen = tmp_path / "seen"
     result = _pytest(["-q", "test_timeout.py"], tmp_path, {"SEEN": str(seen)})
     assert result.returncode == 1, result.stdout + result.stderr
@@ -155,7 +155,7 @@ def test_usable_cpus_follow_the_cgroup_quota(tmp_path, monkeypatch):
 def test_a_budget_charges_cpu_time_not_waiting():
     """A process that waits is charged almost nothing; one that computes is charged what it uses;
     a wait past the wall-clock backstop ends the budget."""
-    from tests.executor.cpu_clock import Budget, tree_cpu_seconds
+    from harness.cpu_clock import Budget, tree_cpu_seconds
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 2.0\n"
@@ -182,7 +182,7 @@ def test_a_budget_charges_cpu_time_not_waiting():
 def test_a_budget_charges_a_busy_machine_nothing_extra():
     """Under load the wall clock stretches, CPU time does not: a child doing 1 s of work while 3
     other busy processes share the CPUs is charged about 1 s, however long it took."""
-    from tests.executor.cpu_clock import Budget
+    from harness.cpu_clock import Budget
 
     work = ("import time\nend = time.process_time() + 1.0\n"
             "while time.process_time() < end: pass\n")
@@ -207,14 +207,14 @@ def test_a_budget_charges_a_busy_machine_nothing_extra():
 
 
 def _executor(tmp_path):
-    from tests.executor.client import Executor
-    from tests.executor.process import ExecutorSettings
+    from harness.client import Executor
+    from harness.process import ExecutorSettings
 
     return Executor(ExecutorSettings(submission=tmp_path, workdir=tmp_path / "work", test_timeout_s=10.0))
 
 
 def test_a_triton_or_cuda_failure_gets_the_next_test_a_fresh_executor(tmp_path, monkeypatch):
-    from tests.executor.client import breaks_the_process
+    from harness.client import breaks_the_process
 
     assert breaks_the_process({"type": "triton.runtime.interpreter.InterpreterError", "traceback": ""})
     assert breaks_the_process({"type": "builtins.TypeError", "traceback":
@@ -283,7 +283,7 @@ def test_a_cuda_error_in_one_test_does_not_fail_the_next(tmp_path):
 
 
 def test_a_dead_executors_compile_caches_are_not_read_again(tmp_path):
-    from tests.executor.process import wipe_compile_caches
+    from harness.process import wipe_compile_caches
 
     executor = _executor(tmp_path)
     cache = tmp_path / "work" / "cache"
@@ -302,7 +302,7 @@ def test_a_dead_executors_compile_caches_are_not_read_again(tmp_path):
 
 
 def _stand_in(kind: str, message: str, trace: str):
-    from tests.executor.client import _stand_in as make
+    from harness.client import _stand_in as make
 
     return make({"base": kind, "type": f"builtins.{kind}", "message": message, "traceback": trace})
 
@@ -322,7 +322,7 @@ AssertionError
     ("RuntimeError", "expected device cuda:0 but got cpu", ""),
 ])
 def test_every_kind_of_cpu_refusal_is_told_the_rule(kind, message, trace):
-    from tests.checks.flash_cases import FlashCase, reporting
+    from harness.flash_cases import FlashCase, reporting
 
     case = FlashCase(batch=1, n_queries=3, n_keys=3, d=16)
     with pytest.raises(AssertionError) as caught:
@@ -335,8 +335,8 @@ def test_every_kind_of_cpu_refusal_is_told_the_rule(kind, message, trace):
 
 
 def test_the_tests_own_assertions_are_not_taken_for_a_refusal():
-    from tests.checks.assertions import assert_meta
-    from tests.checks.flash_cases import FlashCase, reporting
+    from harness.assertions import assert_meta
+    from harness.flash_cases import FlashCase, reporting
 
     import torch
 
@@ -445,10 +445,10 @@ def test_a_function_that_checks_nothing_earns_no_bad_input_points(tmp_path, isol
 
 def test_new_tensors_hold_nan_in_a_correctness_test_and_pytorch_defaults_in_a_timing_test(tmp_path):
     """An unwritten element of an output is NaN in every correctness test, whatever ran before in
-    the process (tests/executor/uninitialized.py); a timing test runs with PyTorch's defaults."""
+    the process (executor/uninitialized.py); a timing test runs with PyTorch's defaults."""
     import torch
 
-    from tests.executor.proxies import RemoteAdapters
+    from harness.proxies import RemoteAdapters
 
     (tmp_path / "cs336_systems").mkdir()
     (tmp_path / "cs336_systems" / "__init__.py").write_text("")

@@ -18,7 +18,7 @@ import torch
 
 from fixtures import materialize
 from fixtures.mutants import get
-from tests.checks.flash_cases import FlashCase
+from harness.flash_cases import FlashCase
 
 KIT = Path(__file__).resolve().parents[2]
 DOCUMENTS = ("handout/README.md", "autograder/student_readme.md")

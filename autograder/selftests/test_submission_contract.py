@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.gpu_marker import SKIP_REASON
+from harness.gpu_marker import SKIP_REASON
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "reference"
@@ -158,7 +158,7 @@ def _public_api(directory: str) -> dict[str, dict[str, str]]:
     like, which reference/ links to the stubs' copies) are skipped: they are the same file.
     """
     sys.path.insert(0, str(ROOT))
-    from tests.harness.submission import load_adapters
+    from harness.submission import load_adapters
 
     load_adapters(Path(directory))
     import importlib

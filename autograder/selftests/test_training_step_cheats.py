@@ -44,7 +44,7 @@ def run_tests(submission: Path, tests: list[str], report: Path) -> dict[str, str
 
 
 def test_the_detectors_are_the_hidden_tests():
-    from tests.checks.training_step import DETECTORS
+    from harness.training_step import DETECTORS
 
     assert set(TEST_OF_DETECTOR) == set(DETECTORS) - {"gate"}
     assert {get(f.name).verdict.refused_by for f in FIXTURES} - {""} == set(TEST_OF_DETECTOR)

@@ -1,4 +1,4 @@
-"""``tests/executor/triton_source.py``: the one reading of which functions are a submission's Triton kernels.
+"""``harness/triton_source.py``: the one reading of which functions are a submission's Triton kernels.
 
 The grader's launch check, its provenance rewrite and the leaderboard's kernel names all read
 the source through it, so an alias it missed would cost an honest submission its Triton credit
@@ -8,8 +8,8 @@ Triton on the leaderboard.
 
 from __future__ import annotations
 
-from tests.executor import kernels_only
-from tests.executor.triton_source import kernels_in_directory, kernels_in_sources
+from harness import kernels_only
+from harness.triton_source import kernels_in_directory, kernels_in_sources
 
 ALIASES = b'''
 import triton

@@ -3,7 +3,7 @@
 A fresh shell's ``python`` is often the machine's, without torch: the staff docs wrote ``python
 -m autograder ...`` and the grade died with an AttributeError, ``leaderboard run`` with a
 ModuleNotFoundError, and a batch retried every grade. Each entry point now exits at once with
-status 2 and one line on stderr naming the kit's interpreter (tests/harness/interpreter.py); a
+status 2 and one line on stderr naming the kit's interpreter (harness/interpreter.py); a
 batch whose jobs would start such a Python stops before it queues one. The Python without
 torch is a venv made here without packages (so the test means the same on a machine whose own
 Python has torch).
@@ -20,7 +20,7 @@ import pytest
 
 from autograder.batch.driver import Cluster, Task, Wording, drive
 from autograder.batch.executors import Job
-from tests.harness.interpreter import kit_python
+from harness.interpreter import kit_python
 
 KIT = Path(__file__).resolve().parents[2]
 # Every ``python -m`` entry point of the kit, with arguments a user might give it.

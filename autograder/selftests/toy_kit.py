@@ -4,7 +4,7 @@ Read by the grader's selftests. The real suites take minutes and change as the a
 grows; the watchdog, the crash recovery, the executor's isolation and the points arithmetic are
 checked here on tests that take milliseconds, against a submission whose functions crash,
 hang, exit, patch pytest or forge results on purpose. The toy kit reuses the real
-``conftest.py``, ``tests/harness/submission.py`` and ``tests/executor/``, so the submission runs in an
+``conftest.py``, ``harness/`` and ``executor/``, so the submission runs in an
 executor exactly as in a real grade.
 """
 
@@ -216,7 +216,7 @@ def build_toy_kit(root: Path) -> tuple[Path, Path, object]:
     shutil.copy(KIT / "conftest.py", kit / "conftest.py")
     # what the root conftest imports: how the tests run, and the executor
     for folder in ("harness", "executor"):
-        shutil.copytree(KIT / "tests" / folder, kit / "tests" / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(KIT / folder, kit / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "tests" / "__init__.py").write_text("")
     (kit / "tests" / "test_alpha.py").write_text(textwrap.dedent(VISIBLE_ALPHA))
     (kit / "autograder" / "hidden_tests" / "test_gamma_hidden.py").write_text(textwrap.dedent(HIDDEN_GAMMA))

@@ -14,7 +14,7 @@ The file names hidden tests: it is for staff, like the grade's log.
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.tools.grade_timeline")

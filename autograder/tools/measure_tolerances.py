@@ -1,6 +1,6 @@
 """Measure how far correct FlashAttention-2 submissions land from the float64 truth, per dtype.
 
-Staff tool: the numbers it prints justify the tolerances in tests/checks/flash_tolerances.py. For each
+Staff tool: the numbers it prints justify the tolerances in harness/flash_tolerances.py. For each
 submission, each Function (PyTorch, Triton) and each dtype it runs ``--cases`` random cases
 (random batch, n_queries, n_keys, d, causal flag, memory layout, Q scale and seed), runs forward
 and backward with a random dO, and records per quantity (O, L, dQ, dK, dV):
@@ -10,7 +10,7 @@ and backward with a random dO, and records per quantity (O, L, dQ, dK, dV):
   every case passes ``|actual - expected| <= atol + rtol * |expected|`` with atol = rtol = t;
 - ``norm``: the smallest r for which every case passes ``||actual - expected|| <= r * ||expected||``
   (Frobenius norms over the whole tensor), over the cases where the check applies: the expected
-  tensor's RMS at least the element-wise atol the tests use (tests/checks/flash_cases.py ``case_tolerance``). That is the check
+  tensor's RMS at least the element-wise atol the tests use (harness/flash_cases.py ``case_tolerance``). That is the check
   behind the tolerances' ``norm``; smaller expected tensors (an exactly zero gradient: one key
   makes the softmax constant) are left to the element-wise bound.
 
@@ -34,7 +34,7 @@ With CUDA every dtype runs, at larger sizes (``--max-n``).
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.tools.measure_tolerances")
@@ -83,7 +83,7 @@ class EmulatedTensorCoreAttention:
 
         import torch
 
-        from tests.checks.flash_reference import causal_bias
+        from harness.flash_reference import causal_bias
 
         dtype = Q.dtype
         r = lambda t: _round_operand(t.detach().float(), dtype, cls.tf32)  # noqa: E731
@@ -115,10 +115,10 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
     ``dtype_names`` (e.g. ["bfloat16"]) restricts the dtypes; None measures all three."""
     import torch
 
-    from tests.harness import gpus
-    from tests.checks.assertions import norm_check_applies
-    from tests.checks.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase, case_tolerance
-    from tests.harness.submission import load_adapters
+    from harness import gpus
+    from harness.assertions import norm_check_applies
+    from harness.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase, case_tolerance
+    from harness.submission import load_adapters
 
     cuda = gpus.count() > 0
     if submission in (EMULATED, EMULATED_IEEE):
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print("ROWS " + json.dumps(rows))
         return 0
 
-    from tests.harness import gpus  # only to pick defaults; the measuring happens in child processes
+    from harness import gpus  # only to pick defaults; the measuring happens in child processes
 
     cuda = gpus.count() > 0
     max_n = args.max_n or (1024 if cuda else 160)

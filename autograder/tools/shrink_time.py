@@ -3,7 +3,7 @@
     python -m autograder.tools.shrink_time                      # CPU: the cpu profile
     python3 -m autograder.tools.shrink_time --out FILE.md       # GPU: the gpu profile (kernels compile)
 
-Read by staff changing Hypothesis settings (tests/harness/hypothesis_profiles.py) or the per-test limit
+Read by staff changing Hypothesis settings (harness/hypothesis_profiles.py) or the per-test limit
 (autograder/manifest.toml). A failing Hypothesis test keeps running after its first failure,
 to shrink it to a minimal case; on a GPU each new shape compiles kernels, so shrinking costs
 seconds an example. If it ran past the grader's limit, a student with a real bug would read
@@ -15,7 +15,7 @@ the output holds the failing case's one-line repro. A measurement, not a test.
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.tools.shrink_time")
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from fixtures import materialize, mutants
 from autograder.manifest import load_manifest
-from tests.harness import gpus
+from harness import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 FORWARD = "tests/test_flash_forward_triton.py::test_flash_forward_triton_any_shape"

@@ -17,7 +17,7 @@ visible test over 15 s on either, and the first ``pytest`` on a fresh release pr
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.tools.student_budget")
@@ -71,7 +71,7 @@ def _machine() -> str:
     import torch
     import triton
 
-    from tests.harness import gpus
+    from harness import gpus
 
     gpu = (gpus.names() or ["no GPU"])[0]
     return (f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "

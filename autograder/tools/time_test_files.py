@@ -27,7 +27,7 @@ Timing every file alone takes as long as the sum of the files. A quicker estimat
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m autograder.tools.time_test_files")

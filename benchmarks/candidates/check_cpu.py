@@ -1,7 +1,7 @@
 """Check copies of the reference FlashAttention-2 kernel file on the CPU, under Triton's interpreter.
 
 Staff tool for kernel candidates (built by benchmarks/candidates/build_candidates.py), run before any GPU time is spent:
-each copy's forward and backward against float64 naive attention (tests/checks/flash_reference.py), in
+each copy's forward and backward against float64 naive attention (harness/flash_reference.py), in
 float32 and float16 (bfloat16 ``tl.dot`` is wrong under the interpreter in triton 3.6), causal and
 not, at small ragged shapes, both with the interpreter's tiles and with the tiles each copy
 launches on an H200 (so the masked and ragged paths of those tiles run too).
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from ptxas_report import load_kernel_file  # noqa: E402
-from tests.checks.flash_reference import attention_float64  # noqa: E402
-from tests.harness.submission import load_adapters  # noqa: E402
+from harness.flash_reference import attention_float64  # noqa: E402
+from harness.submission import load_adapters  # noqa: E402
 
 load_adapters(ROOT / "reference")
 BOUNDS = {torch.float32: 1e-5, torch.float16: 5e-3}

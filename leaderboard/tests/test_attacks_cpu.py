@@ -21,7 +21,7 @@ import pytest
 
 from fixtures import materialize
 from fixtures.leaderboard import FIXTURES
-from leaderboard.worker_setup import WORKER_MODULES
+from leaderboard.worker_setup import SHARED_PACKAGES
 from leaderboard.store import ROOT
 
 ATTACKS = [f for f in FIXTURES if f.verdict.attack]
@@ -63,11 +63,11 @@ def kit_copy() -> Path:
         materialize(fixture, kit / "submissions" / fixture.name)
     # The worker's modules (leaderboard/ and confine/ whole, for the parent), and the parent's own.
     for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py", "autograder/executor_user.py",
-                     "autograder/python_mirror.py", *[m for m in WORKER_MODULES if m.startswith("tests/")]):
+                     "autograder/python_mirror.py"):
         (kit / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, kit / relative)
-    # the parent's replay of the launch records (leaderboard/replay.py): the grader's replay process
-    shutil.copytree(ROOT / "tests" / "executor", kit / "tests" / "executor", dirs_exist_ok=True, ignore=ignore)
+    for package in SHARED_PACKAGES:  # the worker's, and the replay process of the parent (leaderboard/replay.py)
+        shutil.copytree(ROOT / package, kit / package, symlinks=True, ignore=ignore)
     return kit
 
 

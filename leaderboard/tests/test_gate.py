@@ -1,14 +1,14 @@
 """The comparison that gates every submission, under the leaderboard's tolerances.
 
-The float64 reference itself (tests/checks/flash_reference.py) is checked by
+The float64 reference itself (harness/flash_reference.py) is checked by
 autograder/selftests/test_flash_test_helpers.py, chunks and all.
 """
 
 import torch
 
 from leaderboard.gate import GATED, compare, compare_all
-from tests.checks.flash_reference import attention_float64
-from tests.checks.flash_tolerances import GATE_TOLERANCES
+from harness.flash_reference import attention_float64
+from harness.flash_tolerances import GATE_TOLERANCES
 
 
 def test_bf16_rounding_passes_and_real_bugs_fail():
@@ -35,9 +35,9 @@ def test_bf16_rounding_passes_and_real_bugs_fail():
 
 
 def test_every_term_of_the_tolerance_model_is_applied():
-    """The gate applies the whole rule of tests/checks/flash_tolerances.py, not only the terms its own
+    """The gate applies the whole rule of harness/flash_tolerances.py, not only the terms its own
     tolerances use: atol, rtol and max_frac per element, the norm where set."""
-    from tests.checks.flash_tolerances import Tolerance
+    from harness.flash_tolerances import Tolerance
 
     want = torch.tensor([[[1.0, 10.0]]], dtype=torch.float64)
     off = lambda a, b: torch.tensor([[[1.0 + a, 10.0 + b]]], dtype=torch.float64)  # noqa: E731

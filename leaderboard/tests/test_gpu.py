@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 IN_PROCESS_TIMING = """
 import json, sys, torch
 from pathlib import Path
-from tests.harness.submission import load_adapters
+from harness.submission import load_adapters
 from leaderboard.config import LEADERBOARD, QUICK
 from leaderboard.timing import time_official
 from leaderboard.timer_guard import capture_clock

@@ -10,8 +10,8 @@ from fixtures import materialize
 from fixtures.leaderboard import get
 from leaderboard.runner import LINK_ROOTS, describe, submission_files
 from leaderboard.store import ROOT, read_records
-from tests.harness import gpus
-from tests.harness.submission import MAX_DATA_BYTES, MAX_FILE_BYTES, SubmissionError, files_hash, submission_hash
+from harness import gpus
+from harness.submission import MAX_DATA_BYTES, MAX_FILE_BYTES, SubmissionError, files_hash, submission_hash
 
 
 def test_hash_covers_exactly_the_submission_files(tmp_path):
@@ -164,7 +164,7 @@ def test_the_batch_code_version_covers_every_module_the_worker_runs(tmp_path):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("# v1\n")
     before = version_hash(tmp_path, CODE_FILES)
-    for relative in ("confine/frames.py", "tests/checks/flash_tolerances.py", "leaderboard/runner.py"):
+    for relative in ("confine/frames.py", "harness/flash_tolerances.py", "leaderboard/runner.py"):
         path = tmp_path / relative
         path.write_text("# v2\n")
         after = version_hash(tmp_path, CODE_FILES)

@@ -118,7 +118,7 @@ def test_the_one_gpu_runs_settings_accept_the_reference_on_a_world_of_one():
 
 
 def test_the_one_gpu_run_without_a_gpu_says_so_and_records_nothing(tmp_path, monkeypatch, capsys):
-    from tests.harness import gpus
+    from harness import gpus
 
     monkeypatch.setattr(gpus, "count", lambda: 0)
     store = tmp_path / "training_step_one_gpu.jsonl"

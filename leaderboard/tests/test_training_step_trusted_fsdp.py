@@ -22,7 +22,7 @@ from leaderboard.training_step.config import OFFICIAL, TINY, TINY_BF16, TRIAL
 from leaderboard.training_step.run import run
 from leaderboard.training_step.trusted import trusted_run
 from leaderboard.training_step.trusted_fsdp import trusted_fsdp_run
-from tests.executor.probes.training_step import compared, compared_indices
+from executor.probes.training_step import compared, compared_indices
 
 
 ENTRY = Path(__file__).resolve().parents[2] / "reference"  # the staff entry, as in test_training_step_cpu.py

@@ -12,7 +12,7 @@ from leaderboard.gate import GATED, check_inputs, checked_batch_element
 from leaderboard.kernels import ProfiledEvent
 from leaderboard.protocol import Message
 from leaderboard.verdict import Judgement, Observed, Run, check_profile, judge
-from tests.checks.flash_reference import attention_float64
+from harness.flash_reference import attention_float64
 
 RUN = Run("cpu", 1, seed=7, triton_names={"flash_fwd_kernel"})
 MATMUL = lambda: (0.05, "256^3 float32")  # noqa: E731: 0.05 TFLOP/s: a floor far below the times below

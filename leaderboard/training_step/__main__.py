@@ -8,7 +8,7 @@ still accepted.
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m leaderboard.training_step")
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu:
         outcome = run(args.submission, "tiny", backend="gloo")
     else:
-        from tests.harness import gpus
+        from harness import gpus
 
         needed = 1 if args.one_gpu else 2
         if gpus.count() < needed:

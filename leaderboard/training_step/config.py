@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.checks.training_step import TINY, TINY_BF16, StepConfig  # noqa: F401  shared with the §3.8 tests
+from harness.training_step import TINY, TINY_BF16, StepConfig  # noqa: F401  shared with the §3.8 tests
 
 
 OFFICIAL = StepConfig(

@@ -16,9 +16,9 @@ import types
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.harness import gpus
-from tests.executor.probes.parallel_launch import launch
-from tests.harness.submission import submission_hash
+from harness import gpus
+from executor.probes.parallel_launch import launch
+from harness.submission import submission_hash
 
 from leaderboard.runner import LINK_ROOTS
 from leaderboard.store import STORE_DIR, append_record

@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tests.executor.probes.parallel_launch import launch
-from tests.executor.probes.training_step import (build_model, compared, compared_indices, global_batch,
+from executor.probes.parallel_launch import launch
+from executor.probes.training_step import (build_model, compared, compared_indices, global_batch,
                                                  kit_model_module)
 
 HEAD_CHUNK_TOKENS = 4096

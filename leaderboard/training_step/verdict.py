@@ -1,6 +1,6 @@
 """Judge an official run: the correctness gate and the cheat detectors, all in the parent.
 
-The rules are tests/checks/training_step.py's ``judge``, shared with the §3.8 tests that students
+The rules are harness/training_step.py's ``judge``, shared with the §3.8 tests that students
 run (the hidden ones apply one detector each); this module keeps the board's names.
 
 Read by ``run.py``. Every fact judged here came back from the ranks as data (losses, full
@@ -23,4 +23,4 @@ Detectors, each with a fixture in fixtures/training_step/:
   gate's steps match the trusted run within the config's tolerances.
 """
 
-from tests.checks.training_step import COLLECTIVE_EVENTS, collectives_per_step, judge  # noqa: F401
+from harness.training_step import COLLECTIVE_EVENTS, collectives_per_step, judge  # noqa: F401

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.executor.probes import run_probe
-from tests.checks.parallel_checks import RUN_TIMEOUT_S, ranks_of
+from executor.probes import run_probe
+from harness.parallel_checks import RUN_TIMEOUT_S, ranks_of
 
 RESULT_KEYS = {"backend", "world_size", "size_bytes", "times", "mean_ms", "algbw_gbps", "busbw_gbps"}
 

@@ -1,7 +1,7 @@
 """Attention sweeps on a fake attention, for testing §2.1 on a CPU.
 
 Read by tests/test_pytorch_attention.py and the hidden tests. The fake (``Behaviour`` in
-tests/executor/probes/pytorch_attention.py) runs next to the submission: ``fn(Q, K, V) -> Q + K + V``
+executor/probes/pytorch_attention.py) runs next to the submission: ``fn(Q, K, V) -> Q + K + V``
 whose forward and backward sleep a known time (longer on the first call per shape, like a kernel
 being loaded), can raise ``torch.cuda.OutOfMemoryError`` from some sequence length on, and records
 its inputs. ``torch.compile`` is watched there during the sweep and returns an eager stand-in.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 
 
 @dataclass

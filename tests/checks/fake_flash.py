@@ -1,7 +1,7 @@
 """The §2.6 sweep on fake implementations and a fake ``bench``, for testing on a CPU.
 
 Read by tests/test_flash_benchmarking.py and the hidden tests. The fakes run next to the
-submission (tests/executor/probes/flash_benchmarking.py): each fake implementation counts its
+submission (executor/probes/flash_benchmarking.py): each fake implementation counts its
 forward and backward calls in one shared Counter (the first can raise
 ``torch.cuda.OutOfMemoryError`` from some sequence length on); the fake bench runs the function
 it is given once and returns a unique number, remembering which calls that run made. A row's
@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 
 PHASES = ("forward", "backward", "forward_backward")
 NAMES = ("triton", "pytorch")

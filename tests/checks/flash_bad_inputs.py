@@ -34,7 +34,7 @@ import traceback
 import pytest
 import torch
 
-from tests.harness import gpus
+from harness import gpus
 
 DEVICE = "cuda" if gpus.count() else "cpu"
 ACCEPTED = (ValueError, TypeError, RuntimeError)
@@ -159,7 +159,7 @@ def own_check(error: BaseException) -> str | None:
 def _launches(function) -> list | None:
     """The kernel launches the executor holding ``function`` recorded so far in this test, or None
     when ``function`` runs in this process (plain ``pytest`` without ``--isolate``: not recorded)."""
-    from tests.executor.proxies import recorded_launches
+    from harness.proxies import recorded_launches
 
     return recorded_launches(function)
 
@@ -173,7 +173,7 @@ def assert_rejects(function: type[torch.autograd.Function], bad: BadInput, *, tr
     of ``bad.keywords``), and with ``triton`` it must come before any kernel of the submission
     is launched (checked where launches are recorded, under ``--isolate``).
     """
-    from tests.checks.flash_cases import explain_device_refusal
+    from harness.flash_cases import explain_device_refusal
 
     valid = (_randn(1, 16, 16), _randn(1, 16, 16), _randn(1, 16, 16))
     try:

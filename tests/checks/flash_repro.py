@@ -7,10 +7,10 @@ at the root of your checkout:
         "FlashCase(batch=2, n_queries=17, n_keys=5, d=16, dtype=torch.float16, is_causal=True, layout='sliced', seed=3)"
 
 It loads the submission the tests would (``--submission DIR``, else ``$CS336_SUBMISSION``, else
-the current directory: tests/harness/submission.py's ``resolve_submission_dir``), builds the
+the current directory: harness/submission.py's ``resolve_submission_dir``), builds the
 case's inputs, runs the same check as the test (``check_forward`` or ``check_backward`` of
-tests/checks/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
-message, with new tensors holding NaN as in the grader (``tests/executor/uninitialized.py``), and
+harness/flash_cases.py, under the same tolerances) and prints ``passed`` or the same failure
+message, with new tensors holding NaN as in the grader (``executor/uninitialized.py``), and
 under the interpreter the autotune config at ``$CS336_INTERPRET_AUTOTUNE_CONFIG`` (default 0).
 ``TRITON_INTERPRET=1`` is how the tests run Triton without a GPU; it must be set
 before triton is imported, so it goes in front of the command (leave it out on a GPU machine,
@@ -19,7 +19,7 @@ where the case says ``device='cuda'``).
 
 from __future__ import annotations
 
-from tests.harness.interpreter import require_kit_stack
+from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
     require_kit_stack("python -m tests.checks.flash_repro")
@@ -42,15 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.harness import gpus
+    from harness import gpus
 
     if not gpus.count() and os.environ.get("TRITON_INTERPRET") != "1":
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
-    from tests.executor import autotune
-    from tests.executor.uninitialized import filled
-    from tests.checks.flash_cases import FlashCase, check_backward, check_forward
-    from tests.harness.submission import SubmissionError, load_adapters, resolve_submission_dir
+    from executor import autotune
+    from executor.uninitialized import filled
+    from harness.flash_cases import FlashCase, check_backward, check_forward
+    from harness.submission import SubmissionError, load_adapters, resolve_submission_dir
 
     try:
         root = resolve_submission_dir(args.submission, Path.cwd())
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 else adapters.get_flashattention_autograd_function_triton())
     check = check_forward if args.check == "forward" else check_backward
     try:
-        with filled():  # new tensors hold NaN, as in the grader's tests (tests/executor/uninitialized.py)
+        with filled():  # new tensors hold NaN, as in the grader's tests (executor/uninitialized.py)
             check(function, case, args.implementation)
     except AssertionError as failure:
         print(f"failed: {failure}")

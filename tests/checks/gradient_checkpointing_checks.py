@@ -1,7 +1,7 @@
 """Checks of §1.6 gradient_checkpointing, for its visible and hidden tests.
 
 The harness builds the kit's own provided LM, runs a plain forward and backward, and compares
-a checkpointed run of the submission (tests/executor/probes/gradient_checkpointing.py) with it:
+a checkpointed run of the submission (executor/probes/gradient_checkpointing.py) with it:
 the same logits and gradients, every layer run twice (forward, then recomputed in the
 backward), and fewer bytes saved for the backward outside the checkpoints.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tests.checks.assertions import assert_close
-from tests.executor.probes import run_probe
+from harness.assertions import assert_close
+from executor.probes import run_probe
 from tests.checks.model_spies import outcome_value
 
 OVERRIDES = {"d_model": 16, "d_ff": 24, "num_layers": 4, "num_heads": 2, "vocab_size": 50, "context_length": 16}

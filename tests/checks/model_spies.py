@@ -5,13 +5,13 @@ They count what a submission's code made the model and the optimizer do without 
 it computes:
 
 * the ``lm_spy`` fixture (import it into a test module) runs an adapter next to the submission
-  (probe ``benchmarking_script.spy_on_lm``, tests/executor/probes/) with the provided
+  (probe ``benchmarking_script.spy_on_lm``, executor/probes/) with the provided
   ``TransformerLM`` class patched to count forward passes, record input shapes, autocast state
   and logits dtype, count backward passes (a gradient reaching the logits) and models built; a
   global optimizer hook counts ``optimizer.step()`` calls and ``torch.cuda.synchronize`` is
   counted. The records come back here, where the tests judge them.
 * ``outcome_value`` turns a probe's ``caught`` outcome back into a value or a raised error.
-* ``compiled_once`` runs a torch_compile probe (tests/executor/probes/torch_compile.py, which
+* ``compiled_once`` runs a torch_compile probe (executor/probes/torch_compile.py, which
   watches ``torch.compile`` next to the submission) once and shares its observations and the
   compiled object between tests (compiling is slow).
 """
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 
 TINY_MODEL = {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2}
 """Overrides that shrink any model size to something a CPU runs in milliseconds."""

@@ -1,7 +1,7 @@
 """Record NVTX ranges (and, optionally, the aten ops run inside them) on any machine.
 
 Read by the tests of §1.2 nsys_profile (visible and hidden). The recording happens next to the
-submission (probes ``nsys_profile.*``, tests/executor/probes/nsys_profile.py, whose docstring
+submission (probes ``nsys_profile.*``, executor/probes/nsys_profile.py, whose docstring
 lists the events); the ``nvtx`` fixture is this test's ``NvtxRecording``, which runs the calls
 through those probes and keeps every event they report, in order, for the test to judge.
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.executor.probes import run_probe
+from executor.probes import run_probe
 from tests.checks.model_spies import outcome_value
 
 MATMUL_OPS = {"aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::dot", "aten::mv"}
