@@ -500,7 +500,7 @@ PIECES = (
 
 def run_piece(piece: Piece) -> tuple[str, str]:
     """Launch one piece on the GPU and judge it: ("PASS" | "FAIL" | "ERROR", detail)."""
-    from tests.checks.assertions import assert_close  # the kit's one assertion helper
+    from harness.assertions import assert_close  # the kit's one assertion helper
 
     try:
         launch, check = piece.build("cuda")
