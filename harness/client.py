@@ -359,14 +359,6 @@ class Executor(ExecutorProcess):
         """The tests' own mismatch error if one of ``call``'s outputs is wrong, else None: a
         submission whose values are wrong fails on them, and learns what was wrong, before any
         replay verdict (and without the replay's error chained to it: that is the grader's)."""
-        try:
-            self._raise_if_wrong(call)
-        except AssertionError as error:
-            return error
-        return None
-
-    def _raise_if_wrong(self, call: replays.Call) -> None:
-        """Raise the tests' own mismatch error if one of ``call``'s outputs is wrong."""
         from harness.assertions import assert_close
         from harness.flash_reference import attention_float64
         from harness.flash_tolerances import tolerance
@@ -381,8 +373,12 @@ class Executor(ExecutorProcess):
             if name in truth:
                 tol = tolerance(output.dtype, name, "triton")
                 atol = tol.atol * replays.value_scale(call, name) + tol.max_frac * float(truth[name].abs().max())
-                assert_close(output, truth[name], atol=atol,
-                             rtol=tol.rtol, what=name, context=f"the Triton Function's {call.what}")
+                try:
+                    assert_close(output, truth[name], atol=atol,
+                                 rtol=tol.rtol, what=name, context=f"the Triton Function's {call.what}")
+                except AssertionError as error:
+                    return error
+        return None
 
     def _check_replay(self, record: Any, call: replays.Call, began: float) -> None:
         """Raise replay.NoCredit unless the replay reproduces the call's outputs. Its time is the

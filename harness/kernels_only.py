@@ -41,7 +41,7 @@ from pathlib import PurePosixPath
 
 from executor.replay_server import ALLOWED_BUILTINS
 
-from .triton_source import KernelReader, _is_jit
+from .triton_source import KernelReader, _is_jit, parsed_python
 
 _FORBIDDEN = (ast.Import, ast.ImportFrom, ast.Lambda, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef,
               ast.Global, ast.Nonlocal, ast.Try, ast.With, ast.AsyncWith, ast.Yield, ast.YieldFrom, ast.Await,
@@ -181,15 +181,7 @@ def _body_problem(function: ast.FunctionDef, names: set[str], attributes: frozen
 def build(sources: dict[str, str | bytes]) -> KernelsOnly:
     """The kernels-only modules of a submission, from ``{relative path: source}`` of its ``.py`` files."""
     result = KernelsOnly()
-    readers: dict[str, _Reader] = {}
-    for path, source in sorted(sources.items()):
-        if not path.endswith(".py"):
-            continue
-        try:
-            tree = ast.parse(source, filename=path)
-        except (SyntaxError, ValueError):
-            continue
-        readers[path] = _Reader(path, tree)
+    readers = {path: _Reader(path, tree) for path, tree in parsed_python(sources)}
     by_module = {_module_name(path): path for path in readers}
     kept: dict[str, set[str]] = {path: set() for path in readers}  # names each module exports to others
     # constants first (they may be imported by other files' kernels), then kernels

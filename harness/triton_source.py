@@ -88,6 +88,17 @@ class KernelReader:
         return names
 
 
+def parsed_python(sources: dict[str, bytes | str]):
+    """``(path, ast.Module)`` for each ``.py`` file of ``sources`` that parses, in path order."""
+    for path, source in sorted(sources.items()):
+        if not path.endswith(".py"):
+            continue
+        try:
+            yield path, ast.parse(source, filename=path)
+        except (SyntaxError, ValueError):
+            continue
+
+
 def kernels_in_sources(sources: dict[str, bytes | str]) -> dict[str, set[str]]:
     """``{relative path: names of its kernels}`` for the ``.py`` files of ``sources`` that define any.
 
@@ -95,13 +106,7 @@ def kernels_in_sources(sources: dict[str, bytes | str]) -> dict[str, set[str]]:
     that does not parse defines nothing (it fails to import either way).
     """
     found: dict[str, set[str]] = {}
-    for path, source in sorted(sources.items()):
-        if not path.endswith(".py"):
-            continue
-        try:
-            tree = ast.parse(source, filename=path)
-        except (SyntaxError, ValueError):
-            continue
+    for path, tree in parsed_python(sources):
         names = KernelReader(tree).kernels()
         if names:
             found[path] = names
