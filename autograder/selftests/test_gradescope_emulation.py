@@ -8,6 +8,11 @@ uploads, as Gradescope would, each into ``results/results.json``:
 - the reference: every test it can run here passes;
 - the stubs students start from (the kit's own ``adapters.py`` and ``cs336_systems/``): it scores
   less, and nothing crashes;
+
+  both on ``UPLOAD_PROBLEMS`` only (through ``CS336_GRADE_FLAGS``, which Gradescope never sets): a
+  problem with hidden tests in each part, and the Triton kernel, whose tests run through the
+  replay. What this file checks is the runner around the grade; the whole reference's grade is
+  checked by test_grader_submissions.py, and the kit's setup.sh grades it again;
 - a submission that hangs (its ``adapters.py`` never finishes importing), under the runner's limit
   scaled down from 600 s to ``HANG_LIMIT_S`` (the manifest's ``runner_timeout_s``/``runner_margin_s``,
   the one setting run_autograder and the README share): results.json is still written in time.
@@ -57,6 +62,10 @@ HANG_LIMIT_S, HANG_MARGIN_S = 40, 8
 # The smoke grade of the bundle's setup.sh, on two light problems here: the whole reference is graded
 # by the kit's own setup.sh and by run_autograder below (through CS336_SETUP_GRADE_FLAGS, which Gradescope never sets).
 SMOKE_PROBLEMS = "pytorch_attention,nsys_profile"
+# What run_autograder grades of the reference's and the stubs' uploads: hidden tests in part 1 and
+# part 2, and Triton credit (its replay). On the whole assignment the three uploads took 86 s, on
+# these 47 s (this file alone on a quiet 2-core machine, 2026-12-06).
+UPLOAD_PROBLEMS = "pytorch_attention,flash_forward_triton,naive_ddp"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None,
                                 reason="emulating Gradescope's runner needs root (executor uids) and runuser")
@@ -100,8 +109,11 @@ def _upload(root: Path, files: dict[str, Path]) -> None:
     shutil.rmtree(root / "results", ignore_errors=True)
 
 
-def _run_autograder(root: Path) -> tuple[dict, float]:
+def _run_autograder(root: Path, flags: str = "") -> tuple[dict, float]:
+    """(results.json, seconds) of run_autograder on the uploaded submission; ``flags`` go to its grade."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AUTOGRADER_ROOT": str(root)}
+    if flags:
+        env["CS336_GRADE_FLAGS"] = flags
     started = time.monotonic()
     result = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
                             text=True, timeout=1800)
@@ -139,14 +151,14 @@ def test_reference_stubs_and_a_hang_each_get_a_valid_results_json(image, tmp_pat
     kit = root / "source" / "kit"
 
     _upload(root, {"adapters.py": KIT / "reference" / "adapters.py", "cs336_systems": KIT / "reference" / "cs336_systems"})
-    reference, _ = _run_autograder(root)
+    reference, _ = _run_autograder(root, f"--problems {UPLOAD_PROBLEMS}")
     _check_student_view(reference)
     failed = [test["name"] for test in reference["tests"] if test["status"] != "passed"]
     assert reference["tests"] and not failed, f"the reference failed {failed[:5]}:\n{reference['output'][-2000:]}"
     assert reference["score"] > 0
 
     _upload(root, {"adapters.py": KIT / "adapters.py", "cs336_systems": KIT / "cs336_systems"})
-    stubs, _ = _run_autograder(root)
+    stubs, _ = _run_autograder(root, f"--problems {UPLOAD_PROBLEMS}")
     _check_student_view(stubs)
     assert stubs["tests"] and stubs["score"] < reference["score"], (stubs["score"], reference["score"])
 
