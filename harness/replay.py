@@ -120,6 +120,24 @@ def _sample(tensor: torch.Tensor) -> torch.Tensor:
     return flat[::step][:SAMPLE]
 
 
+def match_tolerance(name: str, dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) within which ``view`` of ``dtype`` is recognised as the harness's ``name``.
+
+    A cast's rounding, for every name. For L, also the tests' own allowance for the saved L
+    (harness/flash_tolerances.py): L is the submission's forward's work, never a tensor the
+    harness handed over, and a correct forward with tf32 dots on a GPU saves an L off by up to
+    1e-2 in float32, which the tests accept. Held to the cast's 1e-4, that L started as NaN and
+    the correct base lost every causal Triton backward test on an H100 (2026-12-06: rows that
+    see few keys have an L of one or two scores, with no logsumexp to average the tf32 error)."""
+    from harness.flash_tolerances import TOLERANCES, tolerance
+
+    rtol, atol = _MATCH_TOLERANCE.get(dtype, (0.0, 0.0))
+    if name == "L" and dtype in TOLERANCES:
+        allowed = tolerance(dtype, "L", "triton")
+        rtol, atol = max(rtol, allowed.rtol), max(atol, allowed.atol)
+    return rtol, atol
+
+
 def match(view: torch.Tensor, call: Call) -> tuple[str, torch.Tensor] | None:
     """(what it is, the harness's value) if ``view`` holds a value the harness can compute, else None."""
     view = view.cpu()
@@ -127,17 +145,21 @@ def match(view: torch.Tensor, call: Call) -> tuple[str, torch.Tensor] | None:
         base = base.detach().cpu()
         if base.dtype == view.dtype and tuple(base.shape) == tuple(view.shape) and torch.equal(base, view):
             return name, base
-    rtol, atol = _MATCH_TOLERANCE.get(view.dtype, (0.0, 0.0))
     values = None
     for name, base in call.known.items():
+        rtol, atol = match_tolerance(name, view.dtype)
         for how, candidate in _shape_candidates(base.detach().cpu(), tuple(view.shape)):
             small, small_view = _sample(candidate).to(torch.float64), _sample(view).to(torch.float64)
             norm = float((small * small).sum())
             if norm == 0.0 or not bool(torch.isfinite(small_view).all()):
                 continue
-            alpha = float((small_view * small).sum()) / norm
+            alpha = float((small_view * small).sum()) / norm  # the factor the view is of the candidate
+            spread = math.sqrt(small.numel() / norm)  # 1 / the candidate's root mean square
             for factor in scales(call.d):
-                if abs(alpha - factor) > 1e-3 * factor or not _close(small_view, factor * small, rtol, atol * factor + atol):
+                # alpha strays from the factor by at most ||error|| / ||candidate|| when every element is
+                # within the tolerance (an L near 0 with a tf32 error strays far), and 1e-3 besides
+                slack = (1e-3 + rtol) * factor + atol * (factor + 1) * spread
+                if abs(alpha - factor) > slack or not _close(small_view, factor * small, rtol, atol * factor + atol):
                     continue
                 if values is None:
                     values = view.to(torch.float64)

@@ -1,4 +1,5 @@
-"""The replay's tolerance scales with V, as the tests' own does: a correct kernel on |V| near 1e5 passes.
+"""The replay's tolerances are the tests' own: they scale with V (a correct kernel on |V| near 1e5
+passes), and a saved L is recognised within the tests' allowance for L (a tf32 forward's L).
 
 Read by staff changing how the grader judges a Triton call's outputs against its replay
 (harness/replay.py ``value_scale``, ``Replays.found``; harness/client.py
@@ -11,12 +12,13 @@ and the replay held them to an unscaled atol of 0.01.
 from __future__ import annotations
 
 import json
+import shutil
 
 import torch
 
 from autograder.grade import GradeOptions, grade
 from fixtures.mutants import BASE_DIR
-from harness.replay import Call, value_scale
+from harness.replay import Call, match, match_tolerance, value_scale
 
 BEYOND_FLOAT16 = "autograder/hidden_tests/test_flash_backward_hidden.py::test_flash_backward_hidden_beyond_float16[triton]"
 
@@ -35,3 +37,47 @@ def test_the_correct_base_passes_the_large_V_backward_through_the_grader(tmp_pat
     grade(GradeOptions(submission=BASE_DIR, out=tmp_path / "out", tests=[BEYOND_FLOAT16], quiet=True))
     tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
     assert [test["status"] for test in tests] == ["passed"], tests
+
+
+# -- the saved L of a correct forward with tf32 dots --------------------------------------------------
+
+CAUSAL_BACKWARD = "tests/test_flash_backward.py::test_flash_backward_cs336_shape[triton-causal]"
+LSE_LINE = "    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # back to natural log\n"
+TF32_SIZED_ERROR = "    lse += 2e-3 * tl.sin(q_offs.to(tl.float32))  # a tf32 forward's error, within the tests' 1e-2\n"
+
+
+def _saved_L(rows: int, seed: int) -> torch.Tensor:
+    return torch.randn(1, rows, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 0.05
+
+
+def test_an_L_off_by_a_tf32_error_is_still_the_harness_s_L():
+    """A view within the tests' own L tolerance is recognised as L, even one row of one key whose L
+    is near 0 (alpha strays far there); the inputs keep the cast's tolerance, and an L off by more
+    than the tests allow stays unknown (checked on many rows: one value near 0 is some handout
+    factor of any small value, and the replay then starts from that multiple of the harness's L)."""
+    for rows in (1, 2, 300):
+        truth = _saved_L(rows, rows)
+        off = (truth + 3e-3 * torch.sign(torch.randn(truth.shape, dtype=torch.float64))).to(torch.float32)
+        found = match(off, Call(known={"L": truth}, outputs={}, d=16))
+        assert found is not None and found[0] == "L", (rows, found)
+    too_far = (truth + 5e-2 * torch.sign(torch.randn(truth.shape, dtype=torch.float64))).to(torch.float32)
+    assert match(too_far, Call(known={"L": truth}, outputs={}, d=16)) is None, "beyond the tests' 1e-2: unknown"
+    Q = torch.randn(1, 64, 16, generator=torch.Generator().manual_seed(1))
+    assert match(Q + 3e-3, Call(known={"Q": Q}, outputs={}, d=16)) is None, "an input keeps the cast's tolerance"
+    assert match_tolerance("L", torch.float32) > match_tolerance("Q", torch.float32)
+
+
+def test_a_forward_whose_L_has_a_tf32_error_keeps_its_causal_backward_credit(tmp_path):
+    """The correct base with an error of tf32's size in its saved L (a GPU's tf32 dots, made here
+    on the CPU) passes the causal Triton backward: before, its L started as NaN in the replay, and
+    the base lost every causal backward test on an H100."""
+    submission = tmp_path / "submission"
+    shutil.copytree(BASE_DIR, submission, ignore=shutil.ignore_patterns("__pycache__"))
+    kernel = submission / "cs336_systems" / "flash_attention_triton.py"
+    source = kernel.read_text()
+    assert source.count(LSE_LINE) == 1, "the base's forward changed: update LSE_LINE"
+    kernel.write_text(source.replace(LSE_LINE, LSE_LINE + TF32_SIZED_ERROR))
+    tmp_path.chmod(0o755)
+    grade(GradeOptions(submission=submission, out=tmp_path / "out", tests=[CAUSAL_BACKWARD], quiet=True))
+    tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+    assert [test["status"] for test in tests] == ["passed"], [test["output"][:600] for test in tests]
