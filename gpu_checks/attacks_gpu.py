@@ -10,6 +10,7 @@ point. Prints one line per submission and exits 1 if a verdict is wrong.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 import sys
@@ -29,8 +30,6 @@ GPU_ATTACKS = ("triton_do_nothing_kernel", "forged_launch_log", "forged_probe", 
 
 def _verdict(results: dict, attacked: list[str], patterns: list[str], control: list[str]) -> tuple[list, list]:
     """(tests of attacked problems or patterns that earned points, control tests that did not pass)."""
-    import fnmatch
-
     earned, lost = [], []
     for test in results["tests"]:
         name = test["name"]
@@ -61,7 +60,8 @@ def main(out: Path, only: list[str] | None = None) -> int:
         report = grade(GradeOptions(submission=submission, out=out / name, problems=attacked + partly + control,
                                     quiet=True))
         earned, lost = _verdict(report.results, attacked, patterns, control)
-        graded = [t for t in report.results["tests"] if any(f" {p} [" in t["name"] for p in attacked)]
+        graded = [t for t in report.results["tests"] if any(f" {p} [" in t["name"] for p in attacked)
+                  or any(fnmatch.fnmatch(t["name"], p) for p in patterns)]  # what _verdict judges
         verdict = "ok" if not earned and not lost else "WRONG"
         failed |= verdict != "ok"
         print(f"{name}: {verdict}; {len(graded)} attacked tests, earned on {len(earned)}: {earned[:3]}; "
