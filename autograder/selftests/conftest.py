@@ -60,7 +60,7 @@ HEAVIEST_FIRST = (
     "autograder/selftests/test_autotune_modes.py",  # 55
     "autograder/selftests/test_release.py",  # 45
     "autograder/selftests/test_charge_order.py",  # 35 (2026-12-06)
-    "autograder/selftests/test_replay_tolerance.py",  # 25 (2026-12-06)
+    "autograder/selftests/test_replay_tolerance.py",  # 25 (2 grades; 2026-12-06)
     "autograder/selftests/test_mutant_catalog.py",  # 40
     "autograder/selftests/test_no_triton.py",  # 35
     "leaderboard/tests/test_training_step_cpu.py",  # 30
