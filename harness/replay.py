@@ -289,8 +289,8 @@ class Replays:
             # Config n of an autotuner, taken from the source: every tensor that holds an output when
             # the launches replay as reported must still hold it with config n (a wrong config
             # cannot hide behind a copy of the output that an earlier kernel wrote).
-            as_reported = self._replayed(launches, storages, call)
-            with_config = self._replayed(configured, storages, call)
+            as_reported, _ = self._replayed(launches, storages, call)
+            with_config, reply = self._replayed(configured, storages, call)  # also the replay judged below
             for name in call.outputs:
                 lost = as_reported[name] - with_config[name]
                 if lost:
@@ -300,8 +300,9 @@ class Replays:
                         f"(the launches as your process ran them do): config {call.config} is wrong, or your "
                         "process did not run it (handout §2.4: every config must be right)")
             began = self._phase("every_config", began)
+        else:
+            reply = self._run({"op": "replay", "launches": launches, "storages": storages})
         launches = configured
-        reply = self._run({"op": "replay", "launches": launches, "storages": storages})
         began = self._phase("replay", began)
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
@@ -327,15 +328,16 @@ class Replays:
                     "D = rowsum(dO * O) and launch kernels; the attention and its gradients must come from your "
                     "@triton.jit kernels (handout §2.4, §2.5).")
 
-    def _replayed(self, launches: list[dict], storages: list[dict], call: Call) -> dict[str, set[int]]:
-        """{output name: indices of the launch-argument views that hold it} after a replay of ``launches``."""
+    def _replayed(self, launches: list[dict], storages: list[dict], call: Call) -> tuple[dict[str, set[int]], dict]:
+        """({output name: indices of the launch-argument views that hold it}, the replay's reply)
+        after a replay of ``launches``."""
         reply = self._run({"op": "replay", "launches": launches, "storages": storages})
         finals = reply.get("ok", {}).get("storages") if isinstance(reply.get("ok"), dict) else None
         if not isinstance(finals, list) or len(finals) != len(storages):
-            return {name: set() for name in call.outputs}
+            return {name: set() for name in call.outputs}, reply
         views = self.views(launches, finals)
         return {name: {i for i, view in enumerate(views) if self.found(output, [view], call, name)}
-                for name, output in call.outputs.items()}
+                for name, output in call.outputs.items()}, reply
 
     def _configured(self, launch: dict, call: Call) -> dict:
         """The launch with config ``call.config`` of its autotuner, read from the source (not from the executor)."""
