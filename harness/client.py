@@ -300,7 +300,10 @@ class Executor(ExecutorProcess):
         finally:
             self._tag = None
         if message.get("watch") and message.get("op") == "call" and _holds_tensor(value):
-            self._check_replay(record, self._forward_call(value), began)
+            call = self._forward_call(value)
+            self._check_replay(record, call, began)
+            if self._last_graph is not None and self._last_graph in self._triton_graphs:
+                self._triton_graphs[self._last_graph]["replayed"] = call.replayed  # for its backward's L
         return value
 
     # -- Triton credit: a replay of the call's launches (replay.py) ------------------------
@@ -352,7 +355,14 @@ class Executor(ExecutorProcess):
         D = (dO.to(torch.float64) * O.to(torch.float64)).sum(-1)
         outputs = {name: g for name, g in zip(("dQ", "dK", "dV"), grads) if isinstance(g, torch.Tensor)}
         self._causal = saved["is_causal"]
-        return replays.Call(known={"Q": Q, "K": K, "V": V, "O": O, "dO": dO, "L": L, "D": D}, outputs=outputs,
+        known = {"Q": Q, "K": K, "V": V, "O": O, "dO": dO, "L": L, "D": D}
+        # The L the forward's replay computed, as the backward's kernels get it from the forward: a
+        # kernel's own L agrees with its own scores, where the float64 L is off from tf32 scores by
+        # up to 150 * 2^-11 at large logits (the correct base lost the hidden large_logits backward).
+        candidates = [t for t in saved.get("replayed", ()) if t.is_floating_point() and t.numel() == L.numel()]
+        for index, tensor in enumerate(candidates):
+            known[f"L as the replay of your forward computed it{f' ({index + 1})' if len(candidates) > 1 else ''}"] = tensor
+        return replays.Call(known=known, outputs=outputs,
                             d=int(Q.shape[-1]), config=self._config_for("backward"), what="backward")
 
     def _wrong_output(self, call: replays.Call) -> AssertionError | None:

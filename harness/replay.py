@@ -11,8 +11,9 @@ harness's side; ``executor/replay_server.py`` is the process that runs the kerne
    constant (``torch.zeros`` for an atomic dQ, a NaN-filled ``torch.empty``). Other values come
    in only where the harness can compute them itself, and then it is the harness's values that
    come in: the inputs (Q, K, V; and for the backward O, dO, L, D = rowsum(dO * O)), or a
-   copy, cast, transpose, reshape or scaling by a handout constant of one. Anything else starts
-   as NaN (``UNKNOWN``).
+   copy, cast, transpose, reshape or scaling by a handout constant of one. The backward's saved
+   L may also be the L that the replay of the call's forward computed (the kernels' work, on the
+   harness's inputs, in the replay process). Anything else starts as NaN (``UNKNOWN``).
 3. A process that runs none of the submission's Python (``executor/replay_server.py``: the kernels-only
    modules of ``kernels_only.py``, which the harness wrote from its own reading of the source)
    replays the launches on those values, with each autotuned kernel's config taken from the
@@ -34,7 +35,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,9 @@ class Call:
     d: int
     config: int | None = None  # the test's autotune config index (None: the autotuner's own choice)
     what: str = "forward"
+    # after a check: every tensor the replayed kernels were passed, as the replay left it (a
+    # forward's replayed L is what its backward may be given: see client.py ``_backward_call``)
+    replayed: list[torch.Tensor] = field(default_factory=list)
 
 
 def value_scale(call: Call, name: str) -> float:
@@ -314,6 +318,7 @@ class Replays:
                 and all(isinstance(t, torch.Tensor) for t in finals)):
             raise NoCredit("the replay of your kernels returned nothing the grader can read")
         views = self.views(launches, finals)
+        call.replayed = views
         for name, output in call.outputs.items():
             found = self.found(output, views, call, name)
             began = self._phase("find_outputs", began)

@@ -81,3 +81,35 @@ def test_a_forward_whose_L_has_a_tf32_error_keeps_its_causal_backward_credit(tmp
     grade(GradeOptions(submission=submission, out=tmp_path / "out", tests=[CAUSAL_BACKWARD], quiet=True))
     tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
     assert [test["status"] for test in tests] == ["passed"], [test["output"][:600] for test in tests]
+
+
+# -- large logits: a tf32 forward's L belongs with its own scores ---------------------------------------
+
+LARGE_LOGITS_BACKWARD = "autograder/hidden_tests/test_flash_backward_hidden.py::test_flash_backward_hidden_large_logits[triton]"
+TF32_HELPER = '''@triton.jit
+def _tf32(x):
+    """x rounded to tf32 (10 mantissa bits), as a GPU's float32 tl.dot reads it."""
+    return (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+
+
+'''
+
+
+def test_a_tf32_kernel_keeps_its_large_logits_backward_credit(tmp_path):
+    """The correct base with its scores' dots rounded to tf32 in both kernels (a GPU's float32
+    tl.dot, made here on the CPU) passes the hidden large-logits backward. At scores near 150 its
+    L is off from the float64 one by about 0.07; the replay gave its backward the float64 L, its
+    replayed dK differed by 20% and it earned nothing (on an H100 too, 2026-12-06). Now the
+    backward may be given the L its forward's replay computed."""
+    submission = tmp_path / "submission"
+    shutil.copytree(BASE_DIR, submission, ignore=shutil.ignore_patterns("__pycache__"))
+    kernel = submission / "cs336_systems" / "flash_attention_triton.py"
+    source = kernel.read_text()
+    assert source.count("tl.dot(q, tl.trans(k))") == 2, "the base's score products changed: update this test"
+    source = source.replace("tl.dot(q, tl.trans(k))", "tl.dot(_tf32(q), tl.trans(_tf32(k)))")
+    first = source.index("@triton.jit")
+    kernel.write_text(source[:first] + TF32_HELPER + source[first:])
+    tmp_path.chmod(0o755)
+    grade(GradeOptions(submission=submission, out=tmp_path / "out", tests=[LARGE_LOGITS_BACKWARD], quiet=True))
+    tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+    assert [test["status"] for test in tests] == ["passed"], [test["output"][:600] for test in tests]
