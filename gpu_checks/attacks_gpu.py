@@ -28,13 +28,17 @@ GPU_ATTACKS = ("triton_do_nothing_kernel", "forged_launch_log", "forged_probe", 
                "triton_numpy_recognises_rerun", "triton_backward_pytorch", "autotune_tally")
 
 
+def _is_attacked(name: str, attacked: list[str], patterns: list[str]) -> bool:
+    """Whether the test ``name`` is one the attack targets: of an attacked problem, or matching a pattern."""
+    return any(f" {problem} [" in name for problem in attacked) or any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
 def _verdict(results: dict, attacked: list[str], patterns: list[str], control: list[str]) -> tuple[list, list]:
     """(tests of attacked problems or patterns that earned points, control tests that did not pass)."""
     earned, lost = [], []
     for test in results["tests"]:
         name = test["name"]
-        hit = any(f" {problem} [" in name for problem in attacked) or any(fnmatch.fnmatch(name, p) for p in patterns)
-        if hit and test["score"] > 0:
+        if _is_attacked(name, attacked, patterns) and test["score"] > 0:
             earned.append(name)
         if any(f" {problem} [" in name for problem in control) and test["status"] != "passed":
             lost.append(name)
@@ -60,8 +64,7 @@ def main(out: Path, only: list[str] | None = None) -> int:
         report = grade(GradeOptions(submission=submission, out=out / name, problems=attacked + partly + control,
                                     quiet=True))
         earned, lost = _verdict(report.results, attacked, patterns, control)
-        graded = [t for t in report.results["tests"] if any(f" {p} [" in t["name"] for p in attacked)
-                  or any(fnmatch.fnmatch(t["name"], p) for p in patterns)]  # what _verdict judges
+        graded = [t for t in report.results["tests"] if _is_attacked(t["name"], attacked, patterns)]
         verdict = "ok" if not earned and not lost else "WRONG"
         failed |= verdict != "ok"
         print(f"{name}: {verdict}; {len(graded)} attacked tests, earned on {len(earned)}: {earned[:3]}; "

@@ -300,10 +300,7 @@ class Executor(ExecutorProcess):
         finally:
             self._tag = None
         if message.get("watch") and message.get("op") == "call" and _holds_tensor(value):
-            call = self._forward_call(value)
-            self._check_replay(record, call, began)
-            if self._last_graph is not None and self._last_graph in self._triton_graphs:
-                self._triton_graphs[self._last_graph]["replayed"] = call.replayed  # for its backward's L
+            self._check_replay(record, self._forward_call(value), began)
         return value
 
     # -- Triton credit: a replay of the call's launches (replay.py) ------------------------
@@ -340,11 +337,13 @@ class Executor(ExecutorProcess):
         Q, K, V = (t.detach() for t in (tensors + [torch.empty(0)] * 3)[:3])
         output = value if isinstance(value, torch.Tensor) else next(
             (v for v in (value if isinstance(value, (list, tuple)) else ()) if isinstance(v, torch.Tensor)), None)
-        if self._last_graph is not None and output is not None:
-            self._triton_graphs[self._last_graph] = {"Q": Q, "K": K, "V": V, "O": output.detach(), "is_causal": is_causal}
         self._causal = is_causal
-        return replays.Call(known={"Q": Q, "K": K, "V": V}, outputs={"O": output} if output is not None else {},
+        call = replays.Call(known={"Q": Q, "K": K, "V": V}, outputs={"O": output} if output is not None else {},
                             d=int(Q.shape[-1]) if Q.dim() else 1, config=self._config_for("call"), what="forward")
+        if self._last_graph is not None and output is not None:  # its backward's replay reads call.replayed
+            self._triton_graphs[self._last_graph] = {"Q": Q, "K": K, "V": V, "O": output.detach(),
+                                                     "is_causal": is_causal, "forward": call}
+        return call
 
     def _backward_call(self, saved: dict, grad: torch.Tensor, grads: list) -> replays.Call:
         from harness.flash_reference import attention_float64
@@ -359,9 +358,9 @@ class Executor(ExecutorProcess):
         # The L the forward's replay computed, as the backward's kernels get it from the forward: a
         # kernel's own L agrees with its own scores, where the float64 L is off from tf32 scores by
         # up to 150 * 2^-11 at large logits (the correct base lost the hidden large_logits backward).
-        candidates = [t for t in saved.get("replayed", ()) if t.is_floating_point() and t.numel() == L.numel()]
-        for index, tensor in enumerate(candidates):
-            known[f"L as the replay of your forward computed it{f' ({index + 1})' if len(candidates) > 1 else ''}"] = tensor
+        replayed = saved["forward"].replayed  # filled by the forward's check
+        for index, tensor in enumerate(t for t in replayed if t.is_floating_point() and t.numel() == L.numel()):
+            known[f"L from your forward's replay #{index}"] = tensor
         return replays.Call(known=known, outputs=outputs,
                             d=int(Q.shape[-1]), config=self._config_for("backward"), what="backward")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import torch
 
@@ -32,10 +33,24 @@ def test_the_scale_is_the_size_of_V_for_what_grows_with_it():
     assert value_scale(Call(known={}, outputs={}, d=32), "dQ") == 1.0
 
 
-def test_the_correct_base_passes_the_large_V_backward_through_the_grader(tmp_path):
+def _graded(submission, nodeid: str, tmp_path) -> list[dict]:
+    """results.json's tests for a grade of ``submission`` on the one test ``nodeid``."""
     tmp_path.chmod(0o755)  # the executor's own user reads the grade's folders
-    grade(GradeOptions(submission=BASE_DIR, out=tmp_path / "out", tests=[BEYOND_FLOAT16], quiet=True))
-    tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+    grade(GradeOptions(submission=submission, out=tmp_path / "out", tests=[nodeid], quiet=True))
+    return json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+
+
+def _base_with(tmp_path, edit) -> Path:
+    """A copy of the correct base whose Triton file is ``edit(its text)``."""
+    submission = tmp_path / "submission"
+    shutil.copytree(BASE_DIR, submission, ignore=shutil.ignore_patterns("__pycache__"))
+    kernel = submission / "cs336_systems" / "flash_attention_triton.py"
+    kernel.write_text(edit(kernel.read_text()))
+    return submission
+
+
+def test_the_correct_base_passes_the_large_V_backward_through_the_grader(tmp_path):
+    tests = _graded(BASE_DIR, BEYOND_FLOAT16, tmp_path)
     assert [test["status"] for test in tests] == ["passed"], tests
 
 
@@ -70,16 +85,13 @@ def test_an_L_off_by_a_tf32_error_is_still_the_harness_s_L():
 def test_a_forward_whose_L_has_a_tf32_error_keeps_its_causal_backward_credit(tmp_path):
     """The correct base with an error of tf32's size in its saved L (a GPU's tf32 dots, made here
     on the CPU) passes the causal Triton backward: before, its L started as NaN in the replay, and
-    the base lost every causal backward test on an H100."""
-    submission = tmp_path / "submission"
-    shutil.copytree(BASE_DIR, submission, ignore=shutil.ignore_patterns("__pycache__"))
-    kernel = submission / "cs336_systems" / "flash_attention_triton.py"
-    source = kernel.read_text()
-    assert source.count(LSE_LINE) == 1, "the base's forward changed: update LSE_LINE"
-    kernel.write_text(source.replace(LSE_LINE, LSE_LINE + TF32_SIZED_ERROR))
-    tmp_path.chmod(0o755)
-    grade(GradeOptions(submission=submission, out=tmp_path / "out", tests=[CAUSAL_BACKWARD], quiet=True))
-    tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+    the base lost every causal backward test on an H100. End to end, its L is matched exactly to
+    its forward's replayed L; the tolerance alone is pinned by the test above."""
+    def add_error(source: str) -> str:
+        assert source.count(LSE_LINE) == 1, "the base's forward changed: update LSE_LINE"
+        return source.replace(LSE_LINE, LSE_LINE + TF32_SIZED_ERROR)
+
+    tests = _graded(_base_with(tmp_path, add_error), CAUSAL_BACKWARD, tmp_path)
     assert [test["status"] for test in tests] == ["passed"], [test["output"][:600] for test in tests]
 
 
@@ -101,15 +113,11 @@ def test_a_tf32_kernel_keeps_its_large_logits_backward_credit(tmp_path):
     L is off from the float64 one by about 0.07; the replay gave its backward the float64 L, its
     replayed dK differed by 20% and it earned nothing (on an H100 too, 2026-12-06). Now the
     backward may be given the L its forward's replay computed."""
-    submission = tmp_path / "submission"
-    shutil.copytree(BASE_DIR, submission, ignore=shutil.ignore_patterns("__pycache__"))
-    kernel = submission / "cs336_systems" / "flash_attention_triton.py"
-    source = kernel.read_text()
-    assert source.count("tl.dot(q, tl.trans(k))") == 2, "the base's score products changed: update this test"
-    source = source.replace("tl.dot(q, tl.trans(k))", "tl.dot(_tf32(q), tl.trans(_tf32(k)))")
-    first = source.index("@triton.jit")
-    kernel.write_text(source[:first] + TF32_HELPER + source[first:])
-    tmp_path.chmod(0o755)
-    grade(GradeOptions(submission=submission, out=tmp_path / "out", tests=[LARGE_LOGITS_BACKWARD], quiet=True))
-    tests = json.loads((tmp_path / "out" / "results.json").read_text())["tests"]
+    def round_scores_to_tf32(source: str) -> str:
+        assert source.count("tl.dot(q, tl.trans(k))") == 2, "the base's score products changed: update this test"
+        source = source.replace("tl.dot(q, tl.trans(k))", "tl.dot(_tf32(q), tl.trans(_tf32(k)))")
+        first = source.index("@triton.jit")
+        return source[:first] + TF32_HELPER + source[first:]
+
+    tests = _graded(_base_with(tmp_path, round_scores_to_tf32), LARGE_LOGITS_BACKWARD, tmp_path)
     assert [test["status"] for test in tests] == ["passed"], [test["output"][:600] for test in tests]
