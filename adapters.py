@@ -16,9 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-# --------------------------------------------------------------------------------------
-# Provided: the Transformer LM (cs336_systems/model.py, model_sizes.py); no need to edit
-# --------------------------------------------------------------------------------------
+# -- Provided: the Transformer LM (cs336_systems/model.py, model_sizes.py); no need to edit ----
 
 
 def get_transformer_lm(
@@ -48,9 +46,7 @@ def get_use_attention() -> Callable[[Callable[..., torch.Tensor]], Any]:
     return use_attention
 
 
-# --------------------------------------------------------------------------------------
-# §1.1 benchmarking_script
-# --------------------------------------------------------------------------------------
+# -- §1.1 benchmarking_script --------------------------------------------------------------
 
 
 def run_time_steps(
@@ -108,9 +104,7 @@ def run_benchmarking_cli(argv: list[str]) -> int:
     return main(argv)
 
 
-# --------------------------------------------------------------------------------------
-# §1.2 nsys_profile
-# --------------------------------------------------------------------------------------
+# -- §1.2 nsys_profile ---------------------------------------------------------------------
 
 
 def get_annotated_scaled_dot_product_attention() -> Callable[..., torch.Tensor]:
@@ -144,9 +138,7 @@ def run_profiled_training(
     )
 
 
-# --------------------------------------------------------------------------------------
-# §1.3 memory_profiling
-# --------------------------------------------------------------------------------------
+# -- §1.3 memory_profiling -----------------------------------------------------------------
 
 
 def run_memory_profile(fn: Callable[[], Any], *, snapshot_path: str | Path, max_entries: int = 1_000_000) -> int:
@@ -156,9 +148,7 @@ def run_memory_profile(fn: Callable[[], Any], *, snapshot_path: str | Path, max_
     return profile_memory(fn, snapshot_path=snapshot_path, max_entries=max_entries)
 
 
-# --------------------------------------------------------------------------------------
-# §1.4 mixed_precision_accumulation, §1.5 benchmarking_mixed_precision, §1.6 gradient_checkpointing
-# --------------------------------------------------------------------------------------
+# -- §1.4 mixed_precision_accumulation, §1.5 benchmarking_mixed_precision, §1.6 gradient_checkpointing ----
 
 
 def run_accumulate(value: float, steps: int, *, accumulator_dtype: torch.dtype, addend_dtype: torch.dtype) -> torch.Tensor:
@@ -210,9 +200,7 @@ def run_peak_memory_by_block_size(model_size: str, *, block_sizes: list[int], co
                                      device=device, batch_size=batch_size, model_overrides=model_overrides)
 
 
-# --------------------------------------------------------------------------------------
-# §2.1 pytorch_attention and §2.2 torch_compile
-# --------------------------------------------------------------------------------------
+# -- §2.1 pytorch_attention and §2.2 torch_compile -----------------------------------------
 
 
 def run_attention_sweep(
@@ -255,9 +243,7 @@ def run_compile_model(model: torch.nn.Module) -> torch.nn.Module:
     return compile_model(model)
 
 
-# --------------------------------------------------------------------------------------
-# §2.3–§2.5 FlashAttention-2
-# --------------------------------------------------------------------------------------
+# -- §2.3–§2.5 FlashAttention-2 ------------------------------------------------------------
 
 
 def get_flashattention_autograd_function_pytorch() -> type[torch.autograd.Function]:
@@ -282,9 +268,7 @@ def get_flashattention_autograd_function_triton() -> type[torch.autograd.Functio
     return FlashAttentionTriton
 
 
-# --------------------------------------------------------------------------------------
-# §2.6 flash_benchmarking
-# --------------------------------------------------------------------------------------
+# -- §2.6 flash_benchmarking ---------------------------------------------------------------
 
 
 def run_flash_benchmark_sweep(
