@@ -80,7 +80,7 @@ class Call:
     config: int | None = None  # the test's autotune config index (None: the autotuner's own choice)
     what: str = "forward"
     # after a check: every tensor the replayed kernels were passed, as the replay left it (a
-    # forward's replayed L is what its backward may be given: see client.py ``_backward_call``)
+    # forward's replayed L is what its backward may be given: see triton_credit.py ``_backward_call``)
     replayed: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -133,7 +133,7 @@ def match_tolerance(name: str, dtype: torch.dtype) -> tuple[float, float]:
     1e-2 in float32, which the tests accept. Held to the cast's 1e-4, that L started as NaN and
     the correct base lost every causal Triton backward test on an H100 (2026-12-06: rows that
     see few keys have an L of one or two scores, with no logsumexp to average the tf32 error).
-    Where the forward's replay computed the same L bit for bit (client.py ``_backward_call``) it
+    Where the forward's replay computed the same L bit for bit (triton_credit.py ``_backward_call``) it
     matches exactly; this tolerance is for an L that no replayed forward reproduces exactly."""
     from harness.flash_tolerances import TOLERANCES, tolerance
 

@@ -2,7 +2,7 @@
 passes), and a saved L is recognised within the tests' allowance for L (a tf32 forward's L).
 
 Read by staff changing how the grader judges a Triton call's outputs against its replay
-(harness/replay.py ``value_scale``, ``Replays.found``; harness/client.py
+(harness/replay.py ``value_scale``, ``Replays.found``; harness/triton_credit.py
 ``_wrong_output``). Before, the correct base (fixtures/mutants/base) failed the hidden
 ``test_flash_backward_hidden_beyond_float16[triton]`` in every grade on a CPU, though the test's
 own check passed: float32 rounding at |V| near 1e5 moved near-zero elements of dQ by up to 0.1,
