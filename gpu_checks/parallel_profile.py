@@ -11,7 +11,7 @@ writes a Markdown table per probe with rank 0's numbers:
 - DDP: the backward's span on the GPU (first to last backward kernel), how many NCCL kernels
   started inside it, and how much NCCL kernel time lay inside it;
 - FSDP: memory held after wrapping, and the peaks above a step's start during the forward and
-  the whole step, against the limits ``harness/parallel_checks.py`` sets.
+  the whole step, against the limits ``harness/fsdp_checks.py`` sets.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ sys.path.insert(0, str(KIT))
 
 from fixtures import materialize  # noqa: E402
 from fixtures.mutants import get  # noqa: E402
-from harness import parallel_checks as checks  # noqa: E402
+from harness import ddp_checks, fsdp_checks, parallel_runs  # noqa: E402
 from executor.probes import find  # noqa: E402
 
 MIB = 2**20
 
 
 def overlap_row(name: str, kernels: list) -> str:
-    figures = checks.overlap_figures(kernels)
+    figures = ddp_checks.overlap_figures(kernels)
     if figures["backward_us"] is None:
         return f"| {name} | no backward kernel recorded | {figures['nccl']} | | | |"
     first_nccl = "none" if figures["first_nccl_us"] is None else f"{figures['first_nccl_us']:.0f}"
@@ -47,7 +47,7 @@ def main(out: Path, world_size: int = 2) -> int:
                    "ddp_all_reduce_at_the_end": materialize(get("ddp_all_reduce_at_the_end"), root / "ddp_all_reduce_at_the_end"),
                    "fsdp_keeps_full_weights_after_forward":
                        materialize(get("fsdp_keeps_full_weights_after_forward"), root / "fsdp_keeps_full_weights_after_forward")}
-    settings = checks.PROFILE_SETTINGS
+    settings = ddp_checks.PROFILE_SETTINGS
     lines = [f"## DDP overlap in the GPU profile ({settings['layers']} x Linear({settings['width']}, "
              f"{settings['width']}), {settings['rows']} rows a rank, {world_size} rank(s), rank 0)", "",
              "| submission | backward span (us) | NCCL kernels | started before the backward ended | "
@@ -56,11 +56,11 @@ def main(out: Path, world_size: int = 2) -> int:
     for name in ("reference", "ddp_all_reduce_at_the_end"):
         stand_in = types.SimpleNamespace(__file__=str(submissions[name] / "adapters.py"))
         result = find("ddp_profile.profile")(lambda stand_in=stand_in: stand_in, world_size, dict(settings))
-        ranks = checks.ranks_of(result, name)
+        ranks = parallel_runs.ranks_of(result, name)
         lines.append(overlap_row(name, ranks[0]["value"]["kernels"]))
         print(lines[-1], flush=True)
-    memory = checks.MEMORY_SETTINGS
-    limits = checks.fsdp_memory_limits(world_size)
+    memory = fsdp_checks.MEMORY_SETTINGS
+    limits = fsdp_checks.fsdp_memory_limits(world_size)
     layer, held_limit, forward_limit = limits["layer"], limits["held"] / MIB, limits["forward_peak"] / MIB
     lines += ["", f"## FSDP memory ({memory['layers']} x Linear({memory['width']}, {memory['width']}) float32, "
               f"{memory['layers'] * layer / MIB:.0f} MiB of weights, {world_size} rank(s), rank 0)", "",
@@ -69,7 +69,7 @@ def main(out: Path, world_size: int = 2) -> int:
     for name in ("reference", "fsdp_keeps_full_weights_after_forward"):
         stand_in = types.SimpleNamespace(__file__=str(submissions[name] / "adapters.py"))
         result = find("fsdp.memory")(lambda stand_in=stand_in: stand_in, world_size, dict(memory))
-        value = checks.ranks_of(result, name)[0]["value"]
+        value = parallel_runs.ranks_of(result, name)[0]["value"]
         lines.append(f"| {name} | {value['held'] / MIB:.1f} | {value['forward_peak'] / MIB:.1f} | "
                      f"{value['step_peak'] / MIB:.1f} |")
         print(lines[-1], flush=True)

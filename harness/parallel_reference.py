@@ -1,6 +1,6 @@
 """The truth for part 2's tests: the same model trained on the whole batch in one process.
 
-Read by harness/parallel_checks.py. Data-parallel training on ``world_size`` ranks, each taking
+Read by harness/{ddp,optimizer_state_sharding,fsdp}_checks.py. Data-parallel training on ``world_size`` ranks, each taking
 an equal slice of the batch and averaging gradients, must match plain training on the whole
 batch: the mean of the ranks' mean losses is the mean loss over the batch. This runs here, in
 the harness, with the kit's own copy of the provided model (never the submission's) and the

@@ -28,7 +28,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from harness.parallel_checks import ranks_of
+from harness.parallel_runs import ranks_of
 from executor.probes import run_probe
 from executor.probes.training_step import build_model, compared, global_batch
 
@@ -209,7 +209,7 @@ def judge(ranks: list[dict], truth: dict, config: dict) -> list[str]:
 
 def ranks_of_run(result: dict, config: dict) -> list[dict]:
     """The ranks' results of one run; NotImplementedError for a stub, AssertionError for a crash or
-    a hang (``parallel_checks.ranks_of``, under this run's time limit)."""
+    a hang (``parallel_runs.ranks_of``, under this run's time limit)."""
     where = f"the training step on {config['world_size']} ranks ({config['name']} config, gloo)"
     return ranks_of({"timeout_s": config["time_limit_s"], **result}, where)
 

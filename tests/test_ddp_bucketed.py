@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from executor.probes.parallel_models import CHAIN_WIDTHS
-from harness.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
-                                   check_frozen_weight_left_out_of_buckets, check_state_stays_bounded, describe,
-                                   run_ddp, step_events)
+from harness.ddp_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
+                                check_frozen_weight_left_out_of_buckets, check_state_stays_bounded, run_ddp)
+from harness.parallel_runs import describe, step_events
 
 CHAIN_NUMELS = [a * b for a, b in zip(CHAIN_WIDTHS, CHAIN_WIDTHS[1:])]
 MIB = 2**20

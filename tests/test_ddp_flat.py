@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.parallel_checks import all_reduces, gradient_numels, run_ddp
+from harness.ddp_checks import all_reduces, gradient_numels, run_ddp
 
 
 @pytest.mark.parametrize(("model", "world_size"), [("frozen", 3), ("tied", 2)])

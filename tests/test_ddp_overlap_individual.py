@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_overlap_in_gpu_profile,
-                                   check_state_stays_bounded, gradient_numels, run_ddp)
+from harness.ddp_checks import (all_reduces, assert_same_numels, check_overlap, check_overlap_in_gpu_profile,
+                                check_state_stays_bounded, gradient_numels, run_ddp)
 
 
 @pytest.mark.parametrize(("model", "world_size"), [("frozen", 3), ("tied", 2)])

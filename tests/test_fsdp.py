@@ -3,7 +3,7 @@
 The 'fsdp_chain' model (an embedding, an RMSNorm and four Linear layers of the provided
 model's classes) logs when each layer's forward begins and ends and when the backward reaches
 it; every gather and reduce-scatter your FSDP makes is logged with its size and dtype. On two
-GPUs, memory is measured on a stack of big Linear layers (harness/parallel_checks.py,
+GPUs, memory is measured on a stack of big Linear layers (harness/fsdp_checks.py,
 ``check_fsdp_memory``).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parallel_checks import check_fsdp_communication, check_fsdp_memory, run_fsdp
+from harness.fsdp_checks import check_fsdp_communication, check_fsdp_memory, run_fsdp
 
 
 @pytest.mark.parametrize(("world_size", "compute_dtype"), [(2, None), (3, None), (2, torch.float16)],

@@ -2,7 +2,7 @@
 
 Each test starts 2 or 3 ranks (gloo, on the CPU) next to your code; every rank trains its own
 slice of the batch, and the tests compare every rank with the same model trained on the whole
-batch in one process (harness/parallel_checks.py). Ranks start from different values, so a
+batch in one process (harness/ddp_checks.py). Ranks start from different values, so a
 missing broadcast shows; the models hold a frozen bias, a parameter the forward never uses,
 a buffer and a tied weight.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
+from harness.ddp_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
 
 
 @pytest.mark.parametrize(("model", "world_size"), [("frozen", 2), ("tied", 3)])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.parallel_checks import run_sharded_optimizer
+from harness.optimizer_state_sharding_checks import run_sharded_optimizer
 
 
 @pytest.mark.parametrize(("model", "world_size"), [("frozen", 2), ("tied", 3), ("chain", 3)])

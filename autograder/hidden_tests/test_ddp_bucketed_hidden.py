@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parallel_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
-                                   check_buckets_in_dtype, check_frozen_weight_left_out_of_buckets,
-                                   check_state_stays_bounded, describe,
-                                   run_ddp, step_events)
+from harness.ddp_checks import (all_reduces, assert_not_waited_before, assert_same_numels,
+                                check_buckets_in_dtype, check_frozen_weight_left_out_of_buckets,
+                                check_state_stays_bounded, run_ddp)
+from harness.parallel_runs import describe, step_events
 
 MIB = 2**20
 

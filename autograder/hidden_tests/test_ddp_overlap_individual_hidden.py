@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parallel_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
-                                   gradient_numels, run_ddp)
+from harness.ddp_checks import (all_reduces, assert_same_numels, check_overlap, check_state_stays_bounded,
+                                gradient_numels, run_ddp)
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parallel_checks import check_fsdp_communication, run_fsdp
+from harness.fsdp_checks import check_fsdp_communication, run_fsdp
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "compute_dtype"), [

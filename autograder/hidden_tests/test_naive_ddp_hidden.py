@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parallel_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
+from harness.ddp_checks import all_reduces, assert_same_numels, gradient_numels, run_ddp
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr", "dtype"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parallel_checks import run_sharded_optimizer
+from harness.optimizer_state_sharding_checks import run_sharded_optimizer
 
 
 @pytest.mark.parametrize(("model", "world_size", "optimizer", "lr"),

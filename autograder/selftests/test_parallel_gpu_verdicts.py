@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from executor.probes.ddp_profile import BACKWARD_RANGE, kernel_timeline
-from harness.parallel_checks import fsdp_memory_limits, judge_fsdp_memory, judge_overlap
+from harness.ddp_checks import judge_overlap
+from harness.fsdp_checks import fsdp_memory_limits, judge_fsdp_memory
 
 MIB = 2**20
 

@@ -1,6 +1,6 @@
 """Probes for the DDP tests (§3.2 to §3.5): train a model with the submission's DDP on several ranks.
 
-Read by harness/parallel_checks.py, which sends a model's name, rank 0's initial state, the whole
+Read by harness/ddp_checks.py, which sends a model's name, rank 0's initial state, the whole
 batch and the training settings, and judges what comes back. Every rank starts from a
 different state (rank 0's is the one sent; see ``parallel_models.perturbed``) when the variant
 must broadcast, trains on its own slice of the batch (rank r takes rows r*n/world_size to

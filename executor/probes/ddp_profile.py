@@ -1,6 +1,6 @@
 """Probe for §3.4's GPU test: profile one DDP training step over NCCL and return its GPU kernel timeline.
 
-Read by harness/parallel_checks.py (``profile_ddp``), which judges whether the all-reduces ran
+Read by harness/ddp_checks.py (``check_overlap_in_gpu_profile``), which judges whether the all-reduces ran
 while the backward's kernels were still running. Each rank (one GPU) wraps a stack of wide
 Linear layers with the submission's ``get_ddp``, trains one step to warm up (NCCL connects,
 kernels load), then trains one more under ``torch.profiler`` with CUDA activity on, the

@@ -1,6 +1,6 @@
 """Probes for the fsdp tests (§3.7): train a model with the submission's FSDP on several ranks.
 
-Read by harness/parallel_checks.py (``run_fsdp``). Every rank builds the model from the provided
+Read by harness/fsdp_checks.py (``run_fsdp``). Every rank builds the model from the provided
 model's classes of the submission's package (``cs336_systems.model``), starts from a different
 state (rank 0's is the one sent), wraps it with ``get_fsdp`` and trains its own slice of the
 batch. It returns the shards it holds (name, shape, dtype of each parameter of the wrapped

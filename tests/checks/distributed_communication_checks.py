@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from executor.probes import run_probe
-from harness.parallel_checks import RUN_TIMEOUT_S, ranks_of
+from harness.parallel_runs import RUN_TIMEOUT_S, ranks_of
 
 RESULT_KEYS = {"backend", "world_size", "size_bytes", "times", "mean_ms", "algbw_gbps", "busbw_gbps"}
 
