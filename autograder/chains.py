@@ -2,7 +2,7 @@
 
 Read by staff who change how a grade spends its machine. autograder/schedule.py says how many
 chains each suite gets; here the chains run, ``jobs`` at a time (each in a watchdog thread running
-autograder/runner.py's ``run_suite``), sharing the GPU (a test marked ``alone_on_gpu`` gets it to
+autograder/watchdog.py's ``run_suite``), sharing the GPU (a test marked ``alone_on_gpu`` gets it to
 itself: autograder/gpu_quiet.py);
 the test processes fork from one warm zygote per grader process (autograder/zygote.py); the
 chains of a suite, which share out its tests (autograder/test_pool.py), merge back into one
@@ -21,7 +21,7 @@ from typing import Callable
 
 from autograder.cpus import usable_cpus
 from autograder.harness_process import base_env
-from autograder.runner import SuiteRun, SuiteSpec, Verdict, run_suite
+from autograder.watchdog import SuiteRun, SuiteSpec, Verdict, run_suite
 from autograder.zygote import Zygote
 from harness import gpus
 

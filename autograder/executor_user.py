@@ -2,20 +2,18 @@
 
 Read by staff who change how a grade isolates the submission (autograder/grade.py, step 2). As
 root, a grade leases a user id per test process (confine/uid_pool.py); before the first one
-runs it checks here that such a user can read the Python and packages the tests need (else it
-mirrors the interpreter, or refuses), makes the staff files readable by root only, and sets
-the limits each executor runs under.
+runs it checks here that such a user can read the Python and packages the tests need (each
+executor covers closed directories on the way with views, confine/views.py; else the grade is
+refused), makes the staff files readable by root only, and sets the limits each executor runs under.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
-from confine.identity import drop_privileges
-from autograder.python_mirror import interpreter_paths, library_path, mirrored_python
+from confine.views import why_unreadable
 from harness import gpus
 
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("reference"))
@@ -25,40 +23,15 @@ STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("refer
 EXECUTOR_LIMITS = {"as_bytes": 8 << 30, "cpu_s": 3600, "fsize_bytes": 2 << 30, "nproc": 1024}
 
 
-def readable_as(uid: int, gid: int, paths: list[Path]) -> list[bool]:
-    """Whether the user ``uid`` can read each of ``paths`` (checked in a forked child that drops to it)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: only os calls, then _exit
-        try:
-            os.close(read_end)
-            drop_privileges(uid, gid)
-            answer = "".join("1" if os.access(path, os.R_OK) else "0" for path in paths)
-            os.write(write_end, answer.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    answer = os.read(read_end, 4096).decode()
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    return [flag == "1" for flag in answer.ljust(len(paths), "0")]
-
-
 def executor_python(uid: int, gid: int, kit: Path) -> tuple[str | None, dict[str, str], str | None]:
-    """The python the harness and its executors run, extra environment for it, and why if none can.
+    """The python the harness and its executors run, extra environment for it (none), and why if none can.
 
-    None means an executor's user cannot read the installed packages, so the submission cannot
-    run isolated; the grade then stops (it never runs student code with the grader's rights).
+    None means an executor's user cannot read the interpreter or the installed packages even
+    through views, so the submission cannot run isolated; the grade then stops (it never runs
+    student code with the grader's rights).
     """
-    site = Path(importlib.util.find_spec("torch").origin).resolve().parent.parent
-    site_ok, *python_ok = readable_as(uid, gid, [site, *interpreter_paths()])
-    if not site_ok:
-        return None, {}, (f"an unprivileged user cannot read the kit's packages ({site}), so the submission cannot "
-                          f"run isolated; make that folder world-readable (chmod -R o+rX {site})")
-    if all(python_ok):
-        return sys.executable, {}, None
-    python = mirrored_python(site)
-    return str(python), {"LD_LIBRARY_PATH": library_path(python)}, None
+    why = why_unreadable(uid, gid)
+    return (None, {}, why) if why else (sys.executable, {}, None)
 
 
 def protect_staff_files(kit: Path) -> None:

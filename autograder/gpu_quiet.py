@@ -22,7 +22,7 @@ every test of a GPU grade inside this lock:
 The lock is three files in the grade's private folder, which no process of the submission can
 open, and flock(2) frees a dead process's hold. The harness takes it before it reports the
 test's start, so the wait is never charged to a test's time limit; it tells the watchdog it is
-waiting (autograder/runner.py), and waits at most ``WAIT_LIMIT_S``. Only a test elsewhere that
+waiting (autograder/watchdog.py), and waits at most ``WAIT_LIMIT_S``. Only a test elsewhere that
 runs that long (a hang, until its own limit) makes a test go ahead without the lock, and the
 harness prints that on the test process's output.
 """

@@ -9,7 +9,7 @@ front door. The steps:
    reference become readable by root only, and each test process (the harness) runs the
    submission in an executor under its own leased user id (confine/uid_pool.py,
    autograder/executor_user.py, executor/); not as root, only with ``--same-user``;
-3. run each suite in its own pytest processes under a watchdog (autograder/runner.py), several
+3. run each suite in its own pytest processes under a watchdog (autograder/watchdog.py), several
    chains of processes at a time (autograder/chains.py), with test files packed into chains by
    their expected durations (autograder/schedule.py), printing progress as files finish
    (autograder/progress.py);
@@ -36,7 +36,7 @@ from autograder.executor_user import executor_limits, executor_python, protect_s
 from autograder.manifest import Manifest, load_manifest
 from autograder.progress import Progress
 from autograder.results import results_json, slowest_line, write_results
-from autograder.runner import TIME_LIMIT_RAN_OUT, SuiteRun, append_timeline
+from autograder.watchdog import TIME_LIMIT_RAN_OUT, SuiteRun, append_timeline
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
 from autograder.suite_spec import KIT, SuiteSpec
@@ -130,7 +130,7 @@ def grade(options: GradeOptions) -> GradeReport:
     is isolated, plan the chains of test processes, build their specs, run them, and report."""
     started = time.monotonic()
     if options.timeline is not None:
-        append_timeline(options.timeline, "grade")  # the chains' events follow (autograder/runner.py)
+        append_timeline(options.timeline, "grade")  # the chains' events follow (autograder/watchdog.py)
     kit = options.kit.resolve()
     manifest = options.manifest or load_manifest()
     printer = Progress(options.verbose, options.quiet)

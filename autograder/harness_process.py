@@ -1,6 +1,6 @@
 """One harness process of a grade: its environment, its command line, and its signed records.
 
-Read by staff changing how a test process is started or heard. autograder/runner.py's watchdog
+Read by staff changing how a test process is started or heard. autograder/watchdog.py's watchdog
 starts a ``HarnessProcess`` for each run of a chain's tests: ``autograder/harness_pytest.py``
 forked from the warm zygote (or started fresh), with a clean environment (``child_env``), the
 kit's pytest settings and the executor's flags (``pytest_args``), a fresh key on one pipe and
@@ -32,7 +32,7 @@ PYTEST_CONFIG = Path(__file__).resolve().parent / "grader_pytest.ini"
 _FRAME_WAIT_S = 10.0  # a record frame that has started arriving must finish within this
 # CS336_HIDDEN_SEED picks the hidden tests' secret seed; HYPOTHESIS_PROFILE the fuzzing profile;
 # CS336_HARNESS_MEMORY_BYTES the harness's memory limit (autograder/harness_pytest.py).
-# CS336_RANK_EXIT_LOG: where the part-2 checks log the ranks' exit codes (a staff count; harness/parallel_checks.py).
+# CS336_RANK_EXIT_LOG: where the part-2 checks log the ranks' exit codes (a staff count; harness/parallel_runs.py).
 # CS336_REPLAY_LOG: where each replay check logs its phases' seconds (a staff diagnostic; harness/replay.py).
 _PASSED_THROUGH = (
     "CUDA_", "NVIDIA_", "TRITON_", "NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",

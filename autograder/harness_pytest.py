@@ -1,6 +1,6 @@
 """The harness: the trusted pytest process the grader starts for each test run, with its plugin.
 
-Started by autograder/runner.py as ``python -I -B harness_pytest.py KIT KEY_FD RECORD_FD
+Started by autograder/watchdog.py as ``python -I -B harness_pytest.py KIT KEY_FD RECORD_FD
 RUN_ONLY -- PYTEST_ARGS...`` (RUN_ONLY is "-" when unused). This process is the harness: it
 never imports the submission, which runs in the executor that the kit's conftest starts for
 ``--isolate`` (executor/). ``-I``

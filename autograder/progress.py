@@ -11,7 +11,7 @@ import threading
 import time
 
 from autograder.redaction import hidden_text, shown_nodeid
-from autograder.runner import Verdict
+from autograder.watchdog import Verdict
 
 
 class Progress:

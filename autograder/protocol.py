@@ -1,8 +1,8 @@
 """Signed records from the test process to the grader: what ran, and how it ended.
 
-Read by the grader's runner (which verifies) and its pytest plugin (which signs). The test
+Read by the grader's side of a test process (autograder/harness_process.py, which verifies) and its pytest plugin (which signs). The test
 process gets a fresh secret key per run through a pipe it reads and closes before any student
-code is imported, and signs each record with it; the runner drops a run whose records are out
+code is imported, and signs each record with it; the watchdog (autograder/watchdog.py) drops a run whose records are out
 of sequence or wrongly signed. A file the student can write, or a line it prints, is never
 taken as a result.
 

@@ -1,6 +1,6 @@
 """The grader's pytest plugin: runs inside the harness process and reports each test's outcome.
 
-Read by whoever changes how the grader talks to its test processes (see autograder/runner.py
+Read by whoever changes how the grader talks to its test processes (see autograder/watchdog.py
 for the other side). In order, the plugin:
 
 1. at configure: reads the run's secret key from a pipe and closes it, so that only this plugin

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.manifest import Manifest, Problem
-from autograder.runner import SuiteRun, Verdict
+from autograder.watchdog import SuiteRun, Verdict
 
 
 @dataclass

@@ -48,7 +48,7 @@ def _priced(kit: Path, edition: str | None = None):
     from autograder.grade import SUITE_DIRS, _test_files
     from autograder.manifest import load_manifest
     from autograder.scoring import collect_tests
-    from autograder.runner import SuiteRun, Verdict
+    from autograder.watchdog import SuiteRun, Verdict
 
     manifest = load_manifest(kit / "autograder" / "manifest.toml", edition)
     problems = list(manifest.problems)

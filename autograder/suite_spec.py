@@ -1,6 +1,6 @@
 """What a suite run is asked to do (``SuiteSpec``) and what it says of each test (``Verdict``).
 
-Read by staff changing how tests are run. ``autograder/runner.py`` runs a suite from a
+Read by staff changing how tests are run. ``autograder/watchdog.py`` runs a suite from a
 ``SuiteSpec``; ``autograder/harness_process.py`` starts each pytest process from it; the grader
 (``autograder/grade.py``) and its chains (``autograder/chains.py``) build it. It lives in a
 module of its own so that those modules import it, not each other.

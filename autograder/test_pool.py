@@ -3,7 +3,7 @@
 Read by staff who change how a grade spreads its tests over its chains. Every chain of a suite
 collects all of the suite's test files (autograder/schedule.py), and before a chain runs a test
 it claims it: the first chain to create the test's claim file runs it, and every other chain
-skips it and tells the watchdog so ("elsewhere", autograder/runner.py). A test process claims
+skips it and tells the watchdog so ("elsewhere", autograder/watchdog.py). A test process claims
 its next test before it runs the current one (pytest tears a test down knowing the next), and a
 claim names its chain, so a process that dies leaves its claims to the chain's next process. Each chain starts at a
 different point of the suite's collection order, at an even share of the expected seconds

@@ -167,7 +167,7 @@ def _kill_group(pid: int) -> None:
 
 
 class ZygoteProcess:
-    """A child of the zygote, with the part of Popen's interface the runner uses."""
+    """A child of the zygote, with the part of Popen's interface the grader uses."""
 
     def __init__(self, zygote: "Zygote", pid: int):
         self._zygote = zygote

@@ -10,14 +10,15 @@ are confined by these modules:
 The modules every copy holds:
 
     identity.py   a network of its own (loopback only), then an unprivileged user for good
+    views.py      what of its interpreter that user may read: views of closed directories on the way
     frames.py     the one length-prefixed frame reader and writer, with a size limit and deadline
     limits.py     resource limits it cannot raise again (CPU time, file size, processes, memory)
     environment.py  its environment, from scratch: the machine's GPU and compiler variables, its own folders
     children.py   ending a child's process group, and naming the signal it died of
 
 Staff's copy also holds the pool that leases one user id per process (a lease ends with none of
-its processes or files left), the worker's views of the interpreter, and the threat model that
-says, for each mechanism, what it defends and which fixture proves it.
+its processes or files left), and the threat model that says, for each mechanism, what it
+defends and which fixture proves it.
 
 Standard library only: the executor and the worker import these before torch or the submission.
 
@@ -26,4 +27,4 @@ Students receive the modules the executor imports (``EXECUTOR_FILES``), since ``
 """
 
 # What the executor needs of this package: copied into each executor's folder, and released.
-EXECUTOR_FILES = ("__init__.py", "identity.py", "frames.py", "limits.py", "environment.py", "children.py")
+EXECUTOR_FILES = ("__init__.py", "identity.py", "views.py", "frames.py", "limits.py", "environment.py", "children.py")

@@ -15,8 +15,8 @@ Uses only the standard library.
    ``/run/lock``), so that two grades cannot meet through a socket file or a file there, and
    shared memory counts against a bound of its own; the process's own folders that lie under
    one (its work folder, its interpreter) are bound back in place;
-3. ``prepare(uid, gid)``, when given, while still root (the leaderboard's worker covers closed
-   directories on the way to its interpreter with views there);
+3. ``prepare(uid, gid)``, while still root: by default ``views.cover``, which makes the
+   interpreter readable by the uid (views over closed directories on the way to it);
 4. ``drop_privileges``: every supplementary group dropped, then the group and user ids (real,
    effective and saved) set to the leased ones, checked, and no way back to root.
 
@@ -85,7 +85,7 @@ def own_network() -> bool:
     return True
 
 
-def _mount(source: bytes | None, target: str, kind: bytes | None, flags: int, data: bytes | None, what: str) -> None:
+def mount(source: bytes | None, target: str, kind: bytes | None, flags: int, data: bytes | None, what: str) -> None:
     c = libc()
     c.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
     check(c.mount(source, target.encode(), kind, flags, data), what)
@@ -111,7 +111,7 @@ def own_files(keep: list[str]) -> bool:
     global files_confined
     if libc().unshare(CLONE_NEWNS) != 0:
         return False
-    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making this process's mounts private")
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making this process's mounts private")
     kept = sorted({os.path.realpath(path) for path in keep if path and os.path.exists(path)})
     for directory, size in PRIVATE_DIRS.items():
         if os.path.islink(directory) or not os.path.isdir(directory):
@@ -123,14 +123,14 @@ def own_files(keep: list[str]) -> bool:
         tops = [path for path in under if not any(other != path and path.startswith(other + "/") for other in under)]
         handles = [(path, os.open(path, os.O_PATH)) for path in tops]
         try:
-            _mount(b"tmpfs", real, b"tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777".encode(),
-                   f"a private {directory}")
+            mount(b"tmpfs", real, b"tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777".encode(),
+                  f"a private {directory}")
             for path, handle in handles:
                 is_dir = os.path.isdir(f"/proc/self/fd/{handle}")
                 _make_path(path if is_dir else os.path.dirname(path), real)
                 if not is_dir:
                     open(path, "a").close()
-                _mount(f"/proc/self/fd/{handle}".encode(), path, None, MS_BIND | MS_REC, None, f"keeping {path}")
+                mount(f"/proc/self/fd/{handle}".encode(), path, None, MS_BIND | MS_REC, None, f"keeping {path}")
         finally:
             for _, handle in handles:
                 os.close(handle)
@@ -164,7 +164,7 @@ def harden() -> None:
 
 
 def enter(uid: int | None, gid: int | None = None, prepare: Callable[[int, int], None] | None = None) -> None:
-    """Steps 1-3 of the module docstring; a no-op for ``uid`` None (no isolation asked). Raises
+    """Steps 1-4 of the module docstring; a no-op for ``uid`` None (no isolation asked). Raises
     ConfinementError, saying what to fix, when the process cannot be confined."""
     if uid is None:
         return
@@ -175,6 +175,7 @@ def enter(uid: int | None, gid: int | None = None, prepare: Callable[[int, int],
     own_files([os.getcwd(), os.path.dirname(os.getcwd()), sys.prefix, sys.base_prefix, sys.exec_prefix,
                os.path.dirname(sys.executable), *sys.path, *(arg for arg in sys.argv if arg.startswith("/")),
                *(os.environ.get(name, "") for name in KEPT_ENV_DIRS)])
-    if prepare is not None:
-        prepare(uid, gid)
+    if prepare is None:
+        from confine.views import cover as prepare  # not at the top: views imports this module
+    prepare(uid, gid)
     drop_privileges(uid, gid)

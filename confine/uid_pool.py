@@ -1,6 +1,6 @@
 """A pool of user ids for processes that run student code, so that no two of them share one.
 
-Read by the grader's runner, which leases one id for each test process it starts and hands it
+Read by the grader (autograder/harness_process.py), which leases one id for each test process it starts and hands it
 to that process's executor (executor/), and by the leaderboard, which leases one for each
 worker. A process running as its own uid cannot signal, trace or read the files of another
 grade's executor or leaderboard worker, nor of the harness (root). The ids need no

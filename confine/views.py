@@ -1,41 +1,35 @@
-"""What the leaderboard's worker may read of its interpreter once it is an unprivileged user.
+"""What a process running student code may read of its interpreter once it is an unprivileged user.
 
-Staff read this file to know how the worker keeps its Python while it reads nothing else. The
-parent starts the worker as root with a numeric uid and gid it has leased for the run; the
-worker's first act is ``identity.enter`` with ``cover`` as its ``prepare`` step, which runs
-as root, before the drop:
+Staff read this file to know how the grader's executor and the leaderboard's worker keep their
+Python while they read nothing else. Each starts as root with a numeric uid and gid leased for
+it; ``identity.enter`` runs ``cover`` as its ``prepare`` step, as root, before the drop:
 
 * the interpreter, its standard library and its site-packages must be readable by that uid;
-  a path the uid could not read even with every directory on the way open is an error: the run
-  stops and says what to fix (``unreadable``; the parent's preflight asks the same first);
+  a path the uid could not read even with every directory on the way open is an error: the
+  process stops and says what to fix (``why_unreadable``, which the grader and the leaderboard's
+  parent also ask before they start one);
 * a directory on the way that the uid cannot traverse (a Python installed under a 0700
-  ``/root``, say) is covered, in a mount namespace of the worker's own, by a view that holds
-  only the entries the interpreter needs (bind mounts of them), so the worker sees the same
-  paths and nothing else of that directory (``make_views``).
+  ``/root``, say) is covered, in a mount namespace of the process's own, by a view that holds
+  only the entries the interpreter needs (bind mounts of them), so the process sees the same
+  paths and nothing else of that directory (``make_views``). No copy of Python is made.
 
-Without root (``--same-user``) none of this runs. The grader's executor has no views: its
-grade stops, with a message, where the uid cannot read the interpreter.
+Without root (``--same-user``) none of this runs.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import stat
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
-from confine.identity import ConfinementError, check, libc
-
-CLONE_NEWNS = 0x00020000
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
+from confine.identity import CLONE_NEWNS, MS_BIND, MS_PRIVATE, MS_REC, ConfinementError, check, libc, mount
 
 
 def needed_paths() -> list[str]:
-    """What this interpreter reads after the worker has dropped to its uid: the executable,
+    """What this interpreter reads after the process has dropped to its uid: the executable,
     the prefixes, the standard library, the C headers (Triton builds launchers against them),
     the shared library directory and every site-packages directory, resolved and existing."""
     paths = [sys.executable, os.path.dirname(sys.executable), sys.prefix, sys.base_prefix]
@@ -88,10 +82,8 @@ def make_views(blocked: dict[str, set[str]], view_root: Path) -> None:
     """In a new mount namespace, cover each blocked directory with a view holding only the
     entries the interpreter needs (deepest first, so a view of an outer directory carries the
     views of inner ones)."""
-    c = libc()
-    c.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
-    check(c.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (a mount namespace of the worker's own)")
-    check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making the worker's mounts private")
+    check(libc().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (a mount namespace of the process's own)")
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making the process's mounts private")
     for number, directory in enumerate(sorted(blocked, key=lambda d: -len(Path(d).parts))):
         view = view_root / f"view{number}"
         view.mkdir(mode=0o711)
@@ -103,21 +95,27 @@ def make_views(blocked: dict[str, set[str]], view_root: Path) -> None:
                 target.mkdir()
             else:
                 target.touch()
-            check(c.mount(source.encode(), str(target).encode(), None, MS_BIND | MS_REC, None), f"bind-mounting {source}")
-        check(c.mount(str(view).encode(), directory.encode(), None, MS_BIND | MS_REC, None), f"covering {directory} with its view")
+            mount(source.encode(), str(target), None, MS_BIND | MS_REC, None, f"bind-mounting {source}")
+        mount(str(view).encode(), directory, None, MS_BIND | MS_REC, None, f"covering {directory} with its view")
 
 
-def cover(uid: int, gid: int, view_root: Path) -> None:
+def why_unreadable(uid: int, gid: int) -> str | None:
+    """Why uid/gid cannot read what the interpreter needs even with views (None: it can)."""
+    problems = unreadable(needed_paths(), uid, gid)
+    if not problems:
+        return None
+    return (f"uid {uid} cannot read what the kit's Python needs: {'; '.join(problems[:4])}. "
+            "Make these readable by others (chmod o+rX) or install Python where every user can read it.")
+
+
+def cover(uid: int, gid: int, view_root: Path | None = None) -> None:
     """Make sure uid/gid can read what the interpreter needs (ConfinementError, saying what to
     fix, if it cannot even with views), covering each blocked directory with a view in
-    ``view_root``; run as root, before ``identity.drop_privileges`` (``identity.enter``'s ``prepare``)."""
-    paths = needed_paths()
-    problems = unreadable(paths, uid, gid)
-    if problems:
-        raise ConfinementError(
-            f"uid {uid} cannot read what the worker's Python needs: {'; '.join(problems[:4])}. "
-            "Make these readable by others (chmod o+rX) or install Python where every user can read it."
-        )
-    blocked = blocked_directories(paths, uid, gid)
+    ``view_root`` (None: a new folder in ``/tmp``, the process's own tmpfs after
+    ``identity.own_files``); run as root, before ``identity.drop_privileges``."""
+    why = why_unreadable(uid, gid)
+    if why:
+        raise ConfinementError(why)
+    blocked = blocked_directories(needed_paths(), uid, gid)
     if blocked:
-        make_views(blocked, view_root)
+        make_views(blocked, view_root or Path(tempfile.mkdtemp(prefix="cs336-views-", dir="/tmp")))

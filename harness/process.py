@@ -37,8 +37,8 @@ from executor.wire import Closed, ProtocolError, TimedOut, recv_frame, send_fram
 from .cpu_clock import Budget
 
 RUNTIME_PACKAGE = "cs336_executor"
-# Binds no kit name in __main__. It first takes the executor's identity (confine/identity.py: a
-# network namespace of its own, then the leased user), as its last argument says, before importing torch.
+# Binds no kit name in __main__. It first takes the executor's identity (confine/identity.py: a network namespace
+# of its own, views of its interpreter, the leased user), as its last argument says, before importing torch.
 _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
               "__import__('confine.identity', fromlist=['enter']).enter(*__import__('json').loads(sys.argv[-1])); "
               f"__import__('{RUNTIME_PACKAGE}.' + sys.argv[2], fromlist=['main']).main(sys.argv[3:-1])")
@@ -79,7 +79,7 @@ class ExecutorSettings:
     replay_uid: int | None = None  # the user the replay process runs as (replay.py; None: ``uid``)
     replay_cache: Path | None = None  # the replays' shared Triton cache (None: one in each replay's workdir)
     compile_cache: Path | None = None  # this process's Triton cache, if not its workdir's (a replay's: ``replay_cache``)
-    extra_env: dict[str, str] = field(default_factory=dict)  # more variables for ``python`` (a mirror's library path)
+    extra_env: dict[str, str] = field(default_factory=dict)  # more variables for ``python`` (TRITON_INTERPRET)
 
 
 def describe_limit(name: str, value: int | None) -> str:

@@ -20,7 +20,7 @@ Module map (one concept per file):
 * ``worker_setup`` the parent's side of isolation: uid leases, the sandbox directory, the environment
 * ``protocol``    the pipe from the worker to the parent: framed JSON and raw tensor bytes
 * ``verdict``     the parent's judgement of what the worker reports, from evidence it checks
-* ``runner``      the trusted parent: snapshots the submission, runs the worker, stores a record
+* ``parent``      the trusted parent: snapshots the submission, runs the worker, stores a record
 * ``store``       the results store (JSON lines)
 * ``table``       the ranking as Markdown and as a PNG bar chart
 * ``selftest``    the acceptance run: the reference, the honest slow fixture, every cheat

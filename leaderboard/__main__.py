@@ -118,7 +118,7 @@ def _run(args: argparse.Namespace, directory: Path, zip_path: str | None) -> int
     """``run`` on a submission directory; ``zip_path``: the zip it was unpacked from, for the record."""
     from harness.submission import SubmissionError, resolve_submission_dir
 
-    from leaderboard.runner import describe, run_submission
+    from leaderboard.parent import describe, run_submission
     from leaderboard.worker_setup import SandboxUnavailable
     from leaderboard.store import append_record
 

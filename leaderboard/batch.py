@@ -18,7 +18,7 @@ adapters.py) would fail the same way again: it is not retried, and the summary l
 "NOT TIMED", with the reason, as the grader's batch lists "NO TEST RAN".
 
 The course secret (``autograder batch --bundle``) plays no part here: a run draws every input
-from a seed its parent chooses afresh (leaderboard/runner.py), so there is none to carry.
+from a seed its parent chooses afresh (leaderboard/parent.py), so there is none to carry.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What decides a timing and a verdict: the parent's modules and every module the worker runs
 # (confine/, executor/ and harness/ among them), so a change to any re-times the entries; the parent's replay
 # (leaderboard/replay.py) runs the grader's replay process (harness/, executor/), so its code decides verdicts too
-CODE_FILES = ("leaderboard/*.py", *WORKER_MODULES, "confine/*.py", "autograder/executor_user.py",
-              "autograder/python_mirror.py")
+CODE_FILES = ("leaderboard/*.py", *WORKER_MODULES, "confine/*.py")
 RUN_LIMIT_S = 1200  # the worker's own limit is 600 s; the parent's matmul rate and the check come on top
 WORDING = Wording(command="leaderboard batch", title="Leaderboard batch", verb="time", done="timed", noun="timings",
                   version="code")

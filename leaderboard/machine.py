@@ -1,6 +1,6 @@
 """What a leaderboard record was measured on: the GPU, and the versions of torch, Triton, CUDA and Python.
 
-Read by the parent (``runner.judgement_record`` writes it into every record, which ``table`` and
+Read by the parent (``parent.judgement_record`` writes it into every record, which ``table`` and
 ``selftest`` print) and by the worker (its ``done`` message carries its own). Kept out of
 ``worker.py`` so that the trusted parent never imports the module the untrusted worker runs.
 """

@@ -30,7 +30,6 @@ that behaves when it is recorded and does something faster when it is timed is r
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +91,7 @@ def replay_verdict(record: dict | None, forward: int, sources: dict[str, str], i
     its float64 O on them; ``time_ms``: the official time (None: no time check, as with ``--cpu``);
     ``uid``: the user the replay runs as (None: this one); ``interpret``: replay under Triton's
     interpreter (``--cpu``)."""
+    from confine.views import why_unreadable
     from harness.process import ExecutorSettings
     from harness.replay import Call, Replays
     from executor.wire import ProtocolError
@@ -106,20 +106,13 @@ def replay_verdict(record: dict | None, forward: int, sources: dict[str, str], i
             "not_replayed", "the forward launched none of the submission's @triton.jit kernels: the attention must "
             "be computed by the submission's own kernels"))
     storages = storages_for(record, inputs)
-    python, python_env = sys.executable, {}
-    if uid is not None:  # a Python the replay's user can read (the grader's answer: a mirror where needed)
-        from autograder.executor_user import executor_python
-
-        found, python_env, why = executor_python(uid, uid, Path(__file__).resolve().parents[1])
-        if found is None:
-            return ReplayResult(Refusal("not_replayed", f"the parent cannot replay the kernels here: {why}"))
-        python = found
-    if interpret:
-        python_env = {**python_env, "TRITON_INTERPRET": "1"}
+    if uid is not None and (why := why_unreadable(uid, uid)):  # what no view can open (confine/views.py)
+        return ReplayResult(Refusal("not_replayed", f"the parent cannot replay the kernels here: {why}"))
+    python_env = {"TRITON_INTERPRET": "1"} if interpret else {}
     with tempfile.TemporaryDirectory(prefix="cs336-leaderboard-replay-") as work:
         Path(work).chmod(0o711)  # the replay's user traverses it to its own folder (process.py makes that)
         replays = Replays(sources, ExecutorSettings(submission=Path(work), workdir=Path(work) / "replay",
-                                                    uid=uid, gid=uid, python=python, extra_env=python_env))
+                                                    uid=uid, gid=uid, extra_env=python_env))
         try:
             reply = replays.run({"op": "replay", "launches": launches[:forward], "storages": storages})
             finals = reply.get("ok", {}).get("storages") if isinstance(reply.get("ok"), dict) else None

@@ -26,7 +26,7 @@ from autograder.batch.driver import Tally, summary_lines, write_summary
 from leaderboard.batch import code_version
 from fixtures import Fixture, materialize
 from fixtures.leaderboard import FIXTURES
-from leaderboard.runner import describe, run_submission
+from leaderboard.parent import describe, run_submission
 from leaderboard.worker_setup import is_root
 from leaderboard.store import ROOT, STORE_DIR, read_records
 from leaderboard.table import write_table

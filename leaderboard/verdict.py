@@ -332,7 +332,7 @@ def timing_verdicts(run: Run, judgement: Judgement, matmul) -> None:
 def judge(observed: Observed, run: Run, matmul, replay=None) -> Judgement:
     """Check every message in order (see the module docstring); ``matmul()`` measures the
     parent's matmul rate, called only when a worker finished with every timing; ``replay(record,
-    forward, time_ms)`` (``replay.replay_verdict``, bound by the runner; None: not replayed, for
+    forward, time_ms)`` (``replay.replay_verdict``, bound by the parent; None: not replayed, for
     the leaderboard's in-process tests) judges the launch record then."""
     judgement = Judgement()
     script = expected_script(run)

@@ -1,7 +1,7 @@
 """Runs one submission in its own process: every check in order, then the official timing.
 
 Staff read this file to know the order of the checks and what the worker reports. The parent
-(``runner``) starts it as root in a fresh sandbox (``worker_setup``); before anything else the worker
+(``parent``) starts it as root in a fresh sandbox (``worker_setup``); before anything else the worker
 drops to the uid the parent leased (``confine``), then reports to the parent only through the
 pipe it was given (``protocol``). The parent does not take its word for anything that decides
 an acceptance: it recomputes the reference for the outputs the worker sends, brackets every
@@ -255,7 +255,7 @@ class Evaluation:
         """Write down every launch of the submission's kernels in one eager forward and backward on
         the gate's inputs (``executor/launches.py``), and send it to the parent, which replays
         the launches on its own inputs in a process that runs only the kernels (its verdict and the
-        kernels' time: ``runner.parent_replay``). The record names storages: the gate's Q, K, V and
+        kernels' time: ``parent.parent_replay``). The record names storages: the gate's Q, K, V and
         dO by name, a constant by its value, anything else as unknown (the parent starts it as NaN).
         No tensor's values travel. On a GPU the launch log then comes off Triton's launch path, so
         that the timed calls run without it."""

@@ -1,7 +1,7 @@
 """The worker's start: confine the process, settle what must be set before Triton is imported,
 then run ``worker.evaluate`` on the submission.
 
-Read by staff checking what runs before the submission. The parent (``runner.BOOT``) starts
+Read by staff checking what runs before the submission. The parent (``parent.BOOT``) starts
 ``main`` as root in a fresh sandbox; the steps and messages are ``worker.py``'s.
 """
 

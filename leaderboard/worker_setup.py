@@ -35,7 +35,7 @@ from typing import Iterator
 
 from confine import uid_pool
 from confine.environment import machine_env, own_folders
-from confine.views import needed_paths, unreadable
+from confine.views import needed_paths, why_unreadable
 from leaderboard.store import ROOT
 
 # What the worker imports from the kit (copied into every sandbox): the modules of confine/ and
@@ -154,14 +154,10 @@ def preflight(identity: Identity, store: Path | None) -> None:
         raise SandboxUnavailable(f"the kit lacks the worker's modules {missing}")
     if not identity.isolated:
         return
-    paths = needed_paths()
-    problems = unreadable(paths, identity.uid, identity.gid)
-    if problems:
-        raise SandboxUnavailable(
-            f"the sandbox uid {identity.uid} cannot read what the worker's Python needs: {'; '.join(problems[:4])}. "
-            "Make these readable by others (chmod o+rX) or use a Python every user can read."
-        )
-    roots = [ROOT] + [Path(p) for p in paths if not Path(p).is_relative_to(ROOT)]
+    why = why_unreadable(identity.uid, identity.gid)
+    if why:
+        raise SandboxUnavailable(f"the sandbox {why}")
+    roots = [ROOT] + [Path(p) for p in needed_paths() if not Path(p).is_relative_to(ROOT)]
     if store is not None:
         roots.append(Path(store).resolve().parent)
     # The interpreter's trees are large; their directories and top files are what a planted

@@ -1,7 +1,7 @@
 """The course's secret: every hidden case's inputs and every example a grade draws derive from it.
 
 Staff only (never shipped). Read by autograder/hidden_tests/flash_hidden_checks.py (hidden
-seeds), autograder/runner.py (which hands it to every test process, so that the visible tests'
+seeds), autograder/watchdog.py (which hands it to every test process, so that the visible tests'
 Hypothesis examples derive from it too: harness/example_seeds.py) and autograder/redaction.py (which
 redacts it and the seeds derived from it). Set a new ``$CS336_HIDDEN_SEED`` each term; without
 one, the default below is used, which never leaves this directory.

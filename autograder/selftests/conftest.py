@@ -56,7 +56,7 @@ HEAVIEST_FIRST = (
     "autograder/selftests/test_batch.py",  # 75
     "autograder/selftests/test_batch_real_slurm.py",  # 60 s on the clock, most of it waiting
     "autograder/selftests/test_same_grade.py",  # 65
-    "autograder/selftests/test_grader_runner.py",  # 55
+    "autograder/selftests/test_grader_watchdog.py",  # 55
     "autograder/selftests/test_autotune_modes.py",  # 55
     "autograder/selftests/test_release.py",  # 45
     "autograder/selftests/test_charge_order.py",  # 35 (2026-12-06)

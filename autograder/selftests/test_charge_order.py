@@ -1,6 +1,6 @@
 """A test is charged the same whether it runs alone or after the rest of its file.
 
-Read by staff changing what the grader's watchdog charges a test (autograder/runner.py's
+Read by staff changing what the grader's watchdog charges a test (autograder/watchdog.py's
 ``Budget`` over every process under the harness, harness/cpu_clock.py) or when the
 executor and the replay process start (harness/client.py ``ready``, autograder/pytest_plugin.py).
 Issue 39: a hidden test passed alone but failed its limit in a full grade. On a CPU (2026-12-05,

@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from confine import uid_pool
-from fixtures import KIT, materialize
+from confine.views import why_unreadable
+from fixtures import materialize
 from fixtures.attacks import get
 from harness.client import Executor
 from harness.process import ExecutorSettings
@@ -66,24 +67,11 @@ class Listener:
 
 
 def _executor(submission: Path, workdir: Path, lease: uid_pool.UidLease | None) -> Executor:
-    python, extra_env = _python_for(lease)
-    for name, value in extra_env.items():
-        os.environ[name] = value
-    return Executor(ExecutorSettings(submission=submission, workdir=workdir, uid=lease.uid if lease else None,
-                                     gid=lease.gid if lease else None, python=python, test_timeout_s=120))
-
-
-def _python_for(lease):
-    if lease is None:
-        import sys
-
-        return sys.executable, {}
-    from autograder.executor_user import executor_python
-
-    python, extra_env, why = executor_python(lease.uid, lease.gid, KIT)
-    if python is None:
+    why = lease and why_unreadable(lease.uid, lease.gid)
+    if why:
         pytest.skip(why)
-    return python, extra_env
+    return Executor(ExecutorSettings(submission=submission, workdir=workdir, uid=lease.uid if lease else None,
+                                     gid=lease.gid if lease else None, test_timeout_s=120))
 
 
 def _import_submission(executor: Executor) -> None:

@@ -26,7 +26,7 @@ from autograder.batch.executors import local_devices
 from autograder.manifest import load_manifest
 from autograder.results import results_json
 from autograder.scoring import GradedTest
-from autograder.runner import Verdict, _outcome
+from autograder.watchdog import Verdict, _outcome
 from harness import gpus
 from harness.gpu_marker import SKIP_REASON, gpus_needed, skip_reason
 from tests.score import Recorder

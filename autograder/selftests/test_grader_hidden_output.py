@@ -22,7 +22,7 @@ import torch
 from autograder.manifest import load_manifest
 from autograder.redaction import HIDDEN_TESTS, hidden_text, redact_hidden, shown_nodeid
 from autograder.results import results_json
-from autograder.runner import Verdict
+from autograder.watchdog import Verdict
 from autograder.scoring import GradedTest
 from autograder.selftests.gradescope_schema import problems_with
 

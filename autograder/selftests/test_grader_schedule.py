@@ -17,7 +17,7 @@ import pytest
 
 from autograder import chains as chains_module
 from autograder import grade as grade_module
-from autograder.runner import SuiteRun, SuiteSpec
+from autograder.watchdog import SuiteRun, SuiteSpec
 from autograder.schedule import DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, plan_chains
 from autograder.test_pool import Pool, rotated
 from harness.gpus import ListedGPU
@@ -147,7 +147,7 @@ def test_the_kit_table_names_only_graded_test_files():
 
 
 def test_chain_times_line_pairs_each_chain_with_its_own_run_and_the_tests_it_ran(tmp_path):
-    from autograder.runner import Verdict
+    from autograder.watchdog import Verdict
 
     a, b = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1})
     chains = plan_chains({"visible": [a, b]}, 2, tmp_path, gpu=False,
@@ -296,7 +296,7 @@ def test_a_chain_that_meets_tests_claimed_elsewhere_moves_on_to_the_next_file_cl
 
 
 def test_a_test_no_chain_gave_a_verdict_fails_when_the_chains_merge():
-    from autograder.runner import Verdict
+    from autograder.watchdog import Verdict
 
     suite = ["tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_a.py::t3"]
     first = SuiteRun("visible", {suite[0]: Verdict(suite[0], "passed")}, shard=0, collected=list(suite))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autograder.manifest import load_manifest
-from autograder.runner import Verdict
+from autograder.watchdog import Verdict
 from autograder.scoring import GradedTest, _apportion
 
 KIT = Path(__file__).resolve().parents[2]

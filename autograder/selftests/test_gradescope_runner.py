@@ -31,7 +31,7 @@ import pytest
 from autograder.bundle import SEED_FILE, BundleError, build_bundle
 from autograder.manifest import load_manifest
 from autograder.results import slowest_line
-from autograder.runner import SuiteRun, Verdict
+from autograder.watchdog import SuiteRun, Verdict
 from autograder.selftests.gradescope_schema import problems_with
 
 KIT = Path(__file__).resolve().parents[2]

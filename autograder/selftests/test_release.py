@@ -55,7 +55,7 @@ def test_release_holds_exactly_the_student_files(student_release):
 
 def test_release_holds_only_the_confinement_modules_the_executor_imports(student_release):
     """Students get confine's executor modules (``pytest --isolate`` runs the executor on their
-    machine), never its threat model, uid pool or the leaderboard worker's views."""
+    machine), never its threat model or uid pool."""
     released = sorted(path.name for path in (student_release / "confine").iterdir())
     assert released == sorted(EXECUTOR_FILES)
     staff = {path.name for path in (KIT / "confine").iterdir() if path.is_file()} - set(EXECUTOR_FILES)

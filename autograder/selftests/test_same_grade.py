@@ -1,7 +1,7 @@
 """Same submission, same grade: the examples, the limits, the isolation and the credit do not vary.
 
 Read by staff changing how examples are drawn (harness/example_seeds.py), how time is charged
-(harness/cpu_clock.py, autograder/runner.py), how many chains a grade runs
+(harness/cpu_clock.py, autograder/watchdog.py), how many chains a grade runs
 (autograder/cpus.py ``usable_cpus``), what survives from one test to the next
 (harness/client.py, process.py), what a failure says (harness/flash_cases.py, autograder/redaction.py) and
 what a bad-input test credits (tests/checks/flash_bad_inputs.py). Every check runs on a CPU.

@@ -12,7 +12,7 @@ import re
 from autograder.manifest import Problem, load_manifest
 from autograder.score_table import format_table
 from autograder.scoring import GradedTest
-from autograder.runner import Verdict
+from autograder.watchdog import Verdict
 from tests.score import Outcome, format_table as score_table
 
 LONG = Problem(name="a_problem_whose_name_is_far_longer_than_any_column", section="§9.9", points=2.0, files=())

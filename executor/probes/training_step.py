@@ -1,6 +1,6 @@
 """Probe of the training_step tests (§3.8), and the rank job of the training-step board.
 
-Read by harness/training_step.py (the visible and hidden tests) and by the board's runner,
+Read by harness/training_step.py (the visible and hidden tests) and by the board's ``run.py``,
 which start ``world_size`` ranks through ``parallel_launch`` (gloo on the CPU, NCCL with one GPU
 a rank; every collective is logged). Each rank runs :func:`run_rank`:
 

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops to a
 DRIVER = """
 import json, sys, threading
 from pathlib import Path
-from leaderboard.runner import run_submission
+from leaderboard.parent import run_submission
 store = Path(sys.argv[sys.argv.index("--store") + 1])
 names = sys.argv[1 : sys.argv.index("--store")]
 records = {}
@@ -63,8 +63,7 @@ def kit_copy() -> Path:
     for fixture in THROUGH_A_PARENT:  # the submissions, inside the kit as a fixture folder is
         materialize(fixture, kit / "submissions" / fixture.name)
     # The worker's modules (leaderboard/ and confine/ whole, for the parent), and the parent's own.
-    for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py", "autograder/executor_user.py",
-                     "autograder/python_mirror.py"):
+    for relative in ("adapters.py", "autograder/__init__.py", "autograder/results.py"):
         (kit / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, kit / relative)
     for package in SHARED_PACKAGES:  # the worker's, and the replay process of the parent (leaderboard/replay.py)
@@ -152,9 +151,9 @@ def test_the_kit_is_found_but_unchanged(attacked):
     _skip_where_workers_cannot_see_the_kit()
     kit, _, _, before, after, _, err = attacked
     assert f"attack: write to {kit}/autograder/results.py failed: PermissionError" in err
-    assert f"attack: write to {kit}/leaderboard/runner.py failed: PermissionError" in err
+    assert f"attack: write to {kit}/leaderboard/parent.py failed: PermissionError" in err
     assert before == after  # every file, byte for byte; nothing added
-    for path in (ROOT / "autograder" / "results.py", ROOT / "leaderboard" / "runner.py"):
+    for path in (ROOT / "autograder" / "results.py", ROOT / "leaderboard" / "parent.py"):
         assert MARKER not in path.read_bytes()
     assert not [p for p in sys.path if p.endswith("-packages") and (Path(p) / "sitecustomize.py").exists()]
     assert not Path("/tmp/leaderboard-backdoor-ran").exists()

@@ -18,7 +18,7 @@ import torch
 from fixtures import materialize
 from fixtures.leaderboard import FIXTURES
 from leaderboard.kernels import submission_triton_names
-from leaderboard.runner import judgement_record, parent_matmul, submission_files
+from leaderboard.parent import judgement_record, parent_matmul, submission_files
 
 
 def evaluate_in_process(Fn, mode: str, triton_names: set[str], seed: int = 0, repeats: int = 1) -> dict:

@@ -1,5 +1,5 @@
 """On the leaderboard GPU: the reference and every fixture get their verdicts through the real
-runner (``--quick`` timings), and the sandboxed timing matches a plain in-process one.
+parent (``--quick`` timings), and the sandboxed timing matches a plain in-process one.
 ``python -m leaderboard selftest`` is the full acceptance run. Run as root, so that the
 attack fixtures run against an isolated worker (without root they are skipped and the others
 run ``--same-user``)."""
@@ -12,7 +12,7 @@ import pytest
 
 from fixtures import materialize
 from fixtures.leaderboard import FIXTURES
-from leaderboard.runner import describe, run_submission
+from leaderboard.parent import describe, run_submission
 from leaderboard.worker_setup import is_root
 from leaderboard.selftest import MAX_REFERENCE_SPREAD_PCT
 from leaderboard.store import ROOT

@@ -3,7 +3,7 @@
 The grader's batch (``autograder batch --bundle ZIP`` or ``--secret``) must grade with the
 course's secret; a TA who carries those flags over to ``leaderboard batch`` would otherwise get
 argparse's usage and "unrecognized arguments", and might conclude the leaderboard draws its
-inputs from that secret. It does not: each run's parent draws a fresh seed (leaderboard/runner.py).
+inputs from that secret. It does not: each run's parent draws a fresh seed (leaderboard/parent.py).
 """
 
 import subprocess

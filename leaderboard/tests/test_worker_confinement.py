@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from confine import uid_pool
-from leaderboard.runner import run_submission
+from leaderboard.parent import run_submission
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops to a leased uid only as root")
 

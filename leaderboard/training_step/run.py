@@ -20,7 +20,7 @@ from harness import gpus
 from executor.probes.parallel_launch import launch
 from harness.submission import submission_hash
 
-from leaderboard.runner import LINK_ROOTS
+from leaderboard.parent import LINK_ROOTS
 from leaderboard.store import STORE_DIR, append_record
 
 from .config import CONFIGS, StepConfig

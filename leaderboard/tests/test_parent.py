@@ -8,7 +8,7 @@ import pytest
 from leaderboard.__main__ import main
 from fixtures import materialize
 from fixtures.leaderboard import get
-from leaderboard.runner import LINK_ROOTS, describe, submission_files
+from leaderboard.parent import LINK_ROOTS, describe, submission_files
 from leaderboard.store import ROOT, read_records
 from harness import gpus
 from harness.submission import MAX_DATA_BYTES, MAX_FILE_BYTES, SubmissionError, files_hash, submission_hash
@@ -160,11 +160,11 @@ def test_the_batch_code_version_covers_every_module_the_worker_runs(tmp_path):
     from leaderboard.batch import CODE_FILES
     from leaderboard.worker_setup import WORKER_MODULES
 
-    for relative in ("leaderboard/runner.py", *WORKER_MODULES):
+    for relative in ("leaderboard/parent.py", *WORKER_MODULES):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("# v1\n")
     before = version_hash(tmp_path, CODE_FILES)
-    for relative in ("confine/frames.py", "harness/flash_tolerances.py", "leaderboard/runner.py"):
+    for relative in ("confine/frames.py", "harness/flash_tolerances.py", "leaderboard/parent.py"):
         path = tmp_path / relative
         path.write_text("# v2\n")
         after = version_hash(tmp_path, CODE_FILES)
@@ -178,7 +178,7 @@ def test_the_profilers_trace_lines_stay_out_of_a_runs_output():
     import subprocess
     import sys
 
-    from leaderboard.runner import _relay
+    from leaderboard.parent import _relay
 
     code = ("import sys, torch\nfrom torch.profiler import profile, ProfilerActivity\n"
             "with profile(activities=[ProfilerActivity.CPU]):\n    torch.ones(3) + 1\n"
