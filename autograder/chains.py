@@ -1,12 +1,12 @@
 """Running a grade's test process chains: how many at a time, in which order, and what they took.
 
 Read by staff who change how a grade spends its machine. autograder/schedule.py says how many
-chains each suite gets; here the chains run, ``jobs`` at a time (each in a watchdog thread running
+chains the grade gets; here the chains run, ``jobs`` at a time (each in a watchdog thread running
 autograder/watchdog.py's ``run_suite``), sharing the GPU (a test marked ``alone_on_gpu`` gets it to
 itself: autograder/gpu_quiet.py);
 the test processes fork from one warm zygote per grader process (autograder/zygote.py); the
-chains of a suite, which share out its tests (autograder/test_pool.py), merge back into one
-result per suite; and two console lines say what each
+chains, which share out every test of the grade, hidden and visible (autograder/test_pool.py),
+merge back into one result per suite; and two console lines say what each
 chain and each test file took (for autograder/test_durations.toml).
 """
 
@@ -21,6 +21,7 @@ from typing import Callable
 
 from autograder.cpus import usable_cpus
 from autograder.harness_process import base_env
+from autograder.suite_spec import suite_of
 from autograder.watchdog import SuiteRun, SuiteSpec, Verdict, run_suite
 from autograder.zygote import Zygote
 from harness import gpus
@@ -160,20 +161,25 @@ UNRUN = "no test process of this grade ran this test or gave it a verdict (its c
 
 
 def merge(runs: list[SuiteRun]) -> list[SuiteRun]:
-    """One SuiteRun per suite (its chains merged, in file order). A test some chain collected but
-    no chain gave a verdict fails with ``UNRUN``."""
+    """One SuiteRun per suite, visible and hidden (from each test's path: ``suite_of``; a chain runs
+    tests of both), its chains merged, in file order. A test some chain collected but no chain gave
+    a verdict fails with ``UNRUN``."""
     merged: dict[str, SuiteRun] = {}
     for run in runs:
-        target = merged.setdefault(run.name, SuiteRun(run.name))
-        target.outcomes.update(run.outcomes)
-        target.collect_errors += [error for error in run.collect_errors if error not in target.collect_errors]
-        target.gpus = run.gpus if run.gpus is not None else target.gpus
-        target.restarts += run.restarts
-        target.wall_s = max(target.wall_s, run.wall_s)
-        if run.startup_failure:
-            target.files += [file for file in run.files if file not in target.files]  # a suite's chains share files
-            target.startup_failure = run.startup_failure
-        target.collected += run.collected
+        suites = sorted({suite_of(name) for name in [*run.outcomes, *run.files, *run.collected,
+                                                    *(nodeid for nodeid, _ in run.collect_errors)]}) or ["visible"]
+        for position, suite in enumerate(suites):
+            target = merged.setdefault(suite, SuiteRun(suite))
+            target.outcomes.update({nodeid: verdict for nodeid, verdict in run.outcomes.items() if suite_of(nodeid) == suite})
+            target.collect_errors += [error for error in run.collect_errors
+                                      if suite_of(error[0]) == suite and error not in target.collect_errors]
+            target.gpus = run.gpus if run.gpus is not None else target.gpus
+            target.restarts += run.restarts if position == 0 else 0  # a chain's restarts, counted once
+            target.wall_s = max(target.wall_s, run.wall_s)
+            if run.startup_failure:
+                target.files += [file for file in run.files if suite_of(file) == suite and file not in target.files]
+                target.startup_failure = run.startup_failure
+            target.collected += [nodeid for nodeid in run.collected if suite_of(nodeid) == suite]
     for run in merged.values():
         for nodeid in run.collected:  # claimed, yet no chain gave a verdict: never silently dropped
             run.outcomes.setdefault(nodeid, Verdict(nodeid, "failed", UNRUN))

@@ -39,14 +39,13 @@ from autograder.results import results_json, slowest_line, write_results
 from autograder.watchdog import TIME_LIMIT_RAN_OUT, SuiteRun, append_timeline
 from autograder.intake import IntakeReport, SubmissionRejected, copy_submission
 from autograder.schedule import DurationsError, load_durations, plan_chains
-from autograder.suite_spec import KIT, SuiteSpec
+from autograder.suite_spec import KIT, POOLED, SUITE_DIRS, SuiteSpec
 from autograder.test_pool import Pool
 from autograder.score_table import format_table
 from autograder.scoring import collect_tests, rejected_tests
 from harness import gpus
 from harness.submission import SubmissionNotFound, kit_link_roots
 
-SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}
 
 
 @dataclass
@@ -315,7 +314,11 @@ def _plan(options: GradeOptions, kit: Path, manifest: Manifest, problems, notes:
         printer.say(f"grade: estimating test files by size: {error}")
         durations = {}
     on_gpu = gpus.driver_present()
-    chains = plan_chains(files, jobs, kit, gpu=on_gpu, durations=durations)
+    # One pool of every chosen file, hidden and visible: each chain takes tests of both suites, so the
+    # chains end together whichever suite is longer (the reference on a 2-core CPU: hidden 38 s of
+    # chain, visible 27 s, when each suite had its own); the verdicts are split by suite again in merge.
+    pooled = {POOLED: [path for suite in files for path in files[suite]]}
+    chains = plan_chains(pooled, jobs, kit, gpu=on_gpu, durations=durations)
     at_once = min(jobs, max(1, len(chains)))
     time_limit = options.total_timeout_s or manifest.time_limit_s([p.name for p in problems], on_gpu)
     return Plan(chains, jobs, at_once, max(1, cpus // at_once),

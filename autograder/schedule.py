@@ -1,8 +1,9 @@
 """How many process chains each suite of a grade gets, so that the chains finish together.
 
-Read by staff who change how fast the grader is. A grade runs each suite (visible, hidden) in
-process chains, ``jobs`` at a time; a chain never mixes suites. ``plan_chains`` decides how many
-chains each suite gets:
+Read by staff who change how fast the grader is. A grade runs its tests in process chains,
+``jobs`` at a time. The grader pools both suites (visible, hidden) into one, so that each chain
+takes tests of both and the chains end together whichever suite is longer (autograder/grade.py
+``_plan``); ``plan_chains`` decides how many chains each pool it is given gets:
 
 - every file's expected seconds come from autograder/test_durations.toml, column ``cpu`` or
   ``gpu`` (measured with autograder/tools/time_test_files.py). A file the table does not know

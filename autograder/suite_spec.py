@@ -16,6 +16,13 @@ from typing import Callable
 from autograder.test_pool import Pool
 
 KIT = Path(__file__).resolve().parent.parent
+SUITE_DIRS = {"visible": Path("tests"), "hidden": Path("autograder") / "hidden_tests"}  # kit-relative
+POOLED = "tests"  # the name of a grade's chains: each may run tests of every suite (autograder/schedule.py)
+
+
+def suite_of(nodeid: str) -> str:
+    """The suite a test (or test file) belongs to, from its kit-relative path: "hidden" or "visible"."""
+    return "hidden" if nodeid.startswith(SUITE_DIRS["hidden"].as_posix() + "/") else "visible"
 
 
 @dataclass

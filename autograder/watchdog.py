@@ -1,7 +1,8 @@
 """Run one test suite against a submission's intake copy in separate pytest processes, and survive it.
 
 Read by staff changing how tests are run. The grader (autograder/grade.py) calls
-``run_suite`` once per suite (visible ``tests/``, hidden ``autograder/hidden_tests/``). It
+``run_suite`` once per chain of test processes (a share of the tests of both suites, visible
+``tests/`` and hidden ``autograder/hidden_tests/``). It
 starts ``autograder/harness_pytest.py`` with a clean environment and reads the signed records of
 autograder/pytest_plugin.py from a pipe (both in autograder/harness_process.py), under a watchdog:
 

@@ -1,7 +1,7 @@
 """A warm parent for test processes: imports torch, pytest and Hypothesis once, then forks each one.
 
 Read by staff chasing the grader's speed. Starting a test process costs seconds (torch and
-Hypothesis alone take most of it), and the grader starts one per suite plus one after every
+Hypothesis alone take most of it), and the grader starts one per chain plus one after every
 crash. The zygote is a root process, started by the grader with the same clean environment and
 interpreter as any test process, that imports those libraries and then only forks: each child
 sets its own environment, folder and file descriptors and runs autograder/harness_pytest.py

@@ -210,7 +210,7 @@ def test_the_test_process_starts_at_its_point_and_runs_only_what_it_claims(tmp_p
     assert sent == [{"type": "elsewhere", "nodeid": "tests/test_a.py::t0"}]
 
 
-def test_a_grade_runs_each_test_of_a_suite_once_across_its_chains(monkeypatch, tmp_path, capsys):
+def test_a_grade_runs_each_test_once_across_its_chains(monkeypatch, tmp_path, capsys):
     import json
 
     from autograder.selftests.toy_kit import build_toy_kit
@@ -226,7 +226,7 @@ def test_a_grade_runs_each_test_of_a_suite_once_across_its_chains(monkeypatch, t
     report = grade_module.grade(grade_module.GradeOptions(
         submission=submission, out=tmp_path / "out", kit=kit, manifest=manifest, jobs=2, problems=["gamma"]))
     printed = (tmp_path / "out" / "grade.log").read_text()  # the chain times: staff diagnostics, not the console
-    assert "hidden#0" in printed and "hidden#1" in printed, printed
+    assert "tests#0" in printed and "tests#1" in printed, printed  # the chains pool both suites
     names = [entry["name"] for entry in json.loads((tmp_path / "out" / "results.json").read_text())["tests"]]
     gamma = sorted(name.rsplit("::", 1)[1] for name in names if "gamma" in name)
     assert gamma == ["test_gamma_four", "test_gamma_one", "test_gamma_three", "test_gamma_two"], names
@@ -304,3 +304,25 @@ def test_a_test_no_chain_gave_a_verdict_fails_when_the_chains_merge():
     (merged,) = chains_module.merge([first, second])
     assert [merged.outcomes[nodeid].status for nodeid in suite] == ["passed", "passed", "failed"]
     assert merged.outcomes[suite[2]].message == chains_module.UNRUN
+
+
+
+def test_merge_splits_pooled_chains_by_each_tests_suite():
+    """A chain runs tests of both suites; what it reports is split back by each test's path, so a
+    hidden test is scored (and redacted) as hidden whichever chain ran it, a chain's restarts count
+    once, and a test some chain collected but none gave a verdict still fails."""
+    from autograder.watchdog import Verdict
+
+    hidden, visible = "autograder/hidden_tests/test_a_hidden.py::t", "tests/test_a.py::t"
+    runs = [SuiteRun("tests", {hidden + "1": Verdict(hidden + "1", "passed"), visible + "1": Verdict(visible + "1", "failed")},
+                     restarts=2, shard=0, collected=[hidden + "1", hidden + "2", visible + "1"]),
+            SuiteRun("tests", {visible + "2": Verdict(visible + "2", "passed")}, shard=1,
+                     collect_errors=[("autograder/hidden_tests/test_b_hidden.py", "SyntaxError")])]
+    merged = {run.name: run for run in chains_module.merge(runs)}
+    assert set(merged) == {"hidden", "visible"}, merged
+    assert set(merged["hidden"].outcomes) == {hidden + "1", hidden + "2"}
+    assert merged["hidden"].outcomes[hidden + "2"].message == chains_module.UNRUN
+    assert set(merged["visible"].outcomes) == {visible + "1", visible + "2"}
+    assert merged["hidden"].collect_errors == [("autograder/hidden_tests/test_b_hidden.py", "SyntaxError")]
+    assert merged["visible"].collect_errors == []
+    assert sum(run.restarts for run in merged.values()) == 2
