@@ -21,10 +21,12 @@ def test_sharded_optimizer_group_added_later_on_three_ranks(adapters, model, spl
     run_sharded_optimizer(adapters, model, 3, steps=3, split_at=split_at, add_group_at=add_group_at)
 
 
-@pytest.mark.parametrize(("attempt", "dtype"), [(0, torch.float32), (1, torch.float64)], ids=["0", "1-float64"])
+@pytest.mark.parametrize(("attempt", "dtype"), [(0, torch.float32), (1, torch.float64), (2, torch.bfloat16)],
+                         ids=["0", "1-float64", "2-bfloat16"])
 def test_sharded_optimizer_repeated(adapters, attempt, dtype):
     # The second run is in float64, from values float32 cannot hold: the parameters must stay float64 and
     # match the plain optimizer's within float64's rounding, so a broadcast through a float32 buffer fails.
+    # The third is a 16-bit model: its parameters, broadcasts and local optimizers' steps stay bfloat16.
     run_sharded_optimizer(adapters, "chain", 3, seed=attempt + 5, dtype=dtype)
 
 
