@@ -33,21 +33,12 @@ def _grade(args: argparse.Namespace) -> int:
     if args.leaderboard_json:
         leaderboard = leaderboard_entries(json.loads(Path(args.leaderboard_json).read_text()))
     options = GradeOptions(
-        submission=Path(args.submission),
-        out=Path(args.out),
+        submission=Path(args.submission), out=Path(args.out), keyword=args.k,
         problems=[name for name in args.problems.split(",") if name] if args.problems else None,
-        keyword=args.k,
         tests=[nodeid for nodeid in args.tests.split(",") if nodeid] if args.tests else None,
-        suites=tuple(args.suites.split(",")),
-        test_timeout_s=args.test_timeout,
-        total_timeout_s=args.timeout,
-        require_gpu=args.require_gpu,
-        same_user=args.same_user,
-        jobs=args.jobs,
-        leaderboard=leaderboard,
-        verbose=args.verbose,
-        quiet=args.quiet,
-        zygote=not args.no_zygote,
+        suites=tuple(args.suites.split(",")), test_timeout_s=args.test_timeout, total_timeout_s=args.timeout,
+        require_gpu=args.require_gpu, same_user=args.same_user, jobs=args.jobs, leaderboard=leaderboard,
+        verbose=args.verbose, quiet=args.quiet, zygote=not args.no_zygote,
         timeline=Path(args.timeline).resolve() if args.timeline else None,
     )
     if args.kit:
@@ -132,10 +123,7 @@ def _batch(args: argparse.Namespace) -> int:
         return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_grade_parser(commands) -> None:
     grade = commands.add_parser("grade", help="grade one submission; write results.json and print a table")
     grade.add_argument("submission", help="directory with adapters.py and cs336_systems/, or a submission zip")
     grade.add_argument("--out", default="results", help="directory for results.json (default: ./results)")
@@ -168,22 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("-q", "--quiet", action="store_true", help="print nothing; just write results.json")
     grade.set_defaults(run=_grade)
 
-    bundle = commands.add_parser("bundle", help="build the Gradescope autograder zip")
-    bundle.add_argument("--out", default="dist/gradescope_autograder.zip")
-    bundle.add_argument("--secret", default=None,
-                        help="the course's hidden seed to embed (at least 6 characters; default: $CS336_HIDDEN_SEED, "
-                             "else a fresh random one)")
-    bundle.add_argument("--edition", choices=("2025", "2026"), default=None,
-                        help="the course edition to grade (default: the manifest's, 2025)")
-    bundle.set_defaults(run=_bundle)
 
-    release = commands.add_parser("release", help="build the student release tree")
-    release.add_argument("--out", default="dist/student")
-    release.add_argument("--force", action="store_true", help="replace --out if it exists")
-    release.add_argument("--edition", choices=("2025", "2026"), default=None,
-                         help="the course edition's problems, points and handout (default: the manifest's, 2025)")
-    release.set_defaults(run=_release)
-
+def _add_batch_parser(commands) -> None:
     from autograder.batch.driver import add_flags
 
     batch = commands.add_parser("batch", help="grade every submission of a Gradescope export (local GPUs or Slurm); "
@@ -209,12 +183,36 @@ def main(argv: list[str] | None = None) -> int:
                             "and exits 3")
     batch.set_defaults(run=_batch)
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    _add_grade_parser(commands)
+
+    bundle = commands.add_parser("bundle", help="build the Gradescope autograder zip")
+    bundle.add_argument("--out", default="dist/gradescope_autograder.zip")
+    bundle.add_argument("--secret", default=None,
+                        help="the course's hidden seed to embed (at least 6 characters; default: $CS336_HIDDEN_SEED, "
+                             "else a fresh random one)")
+    bundle.add_argument("--edition", choices=("2025", "2026"), default=None,
+                        help="the course edition to grade (default: the manifest's, 2025)")
+    bundle.set_defaults(run=_bundle)
+
+    release = commands.add_parser("release", help="build the student release tree")
+    release.add_argument("--out", default="dist/student")
+    release.add_argument("--force", action="store_true", help="replace --out if it exists")
+    release.add_argument("--edition", choices=("2025", "2026"), default=None,
+                         help="the course edition's problems, points and handout (default: the manifest's, 2025)")
+    release.set_defaults(run=_release)
+
+    _add_batch_parser(commands)
+
     args = parser.parse_args(argv)
-    for name in ("suites",):
-        if args.command == "grade":
-            bad = sorted(set(args.suites.split(",")) - {"visible", "hidden"})
-            if bad:
-                parser.error(f"--{name}: unknown suite(s) {bad}; use visible and/or hidden")
+    if args.command == "grade":
+        bad = sorted(set(args.suites.split(",")) - {"visible", "hidden"})
+        if bad:
+            parser.error(f"--suites: unknown suite(s) {bad}; use visible and/or hidden")
     return args.run(args)
 
 

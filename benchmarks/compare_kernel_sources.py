@@ -83,7 +83,7 @@ def profile_kernels(fn, q, k, v, calls: int = 5) -> list[tuple[str, float]]:
     return sorted(rows, key=lambda row: -row[1])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sources", nargs="+", help="NAME=PATH, the first is the baseline")
     parser.add_argument("--rounds", type=int, default=5)
@@ -94,34 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fwd-only", default="", help="comma-separated source names: time their forward only")
     parser.add_argument("--sdpa", default="flash,cudnn", help="SDPA backends timed beside the sources: flash, cudnn, both, or none")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
-    args = parser.parse_args(argv)
-    started = time.monotonic()
-    if not gpus.count():
-        raise SystemExit("compare_kernel_sources needs a CUDA GPU")
-    sources = {}
-    for item in args.sources:
-        name, sep, path = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"{item!r}: expected NAME=PATH")
-        sources[name] = torch.compile(load_source(name, Path(path)).FlashAttentionTriton.apply)
+    return parser.parse_args(argv)
 
-    lines: list[str] = []
 
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("")
+def table_writer(out: Path | None):
+    """``emit(line)``: print a line and append it to ``out`` as it goes: a run cut short still leaves its tables."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("")
 
-    def emit(line: str) -> None:  # written as it goes: a run cut short still leaves its tables
+    def emit(line: str) -> None:
         print(line, flush=True)
-        lines.append(line)
-        if args.out:
-            with args.out.open("a") as out:
-                out.write(line + "\n")
+        if out:
+            with out.open("a") as file:
+                file.write(line + "\n")
+    return emit
 
-    q, k, v = leaderboard_inputs()
-    emit(f"{gpus.names()[0]}, torch {torch.__version__}, triton {triton.__version__}; "
-         f"shape {tuple(q.shape)} bfloat16 causal; {args.rounds} rounds, do_bench rep {args.rep_ms} ms")
-    emit("")
+
+def check_against_first(sources: dict, q, k, v, emit) -> None:
+    """Each source's outputs' error against the first's; a source that fails is reported and removed."""
     emit("| source | max rel. error vs first (O, dQ, dK, dV) |")
     emit("| --- | --- |")
     baseline = None
@@ -137,8 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     if not sources:
         raise SystemExit("every source failed")
 
+
+def sdpa_baselines(spec: str) -> dict:
+    """{table name: call(q, k, v, is_causal)} of the SDPA backends that ``--sdpa`` names."""
     baselines = {}
-    for backend in [b for b in args.sdpa.split(",") if b and b != "none"]:
+    for backend in [b for b in spec.split(",") if b and b != "none"]:
         if f"sdpa_{backend}" not in SDPA_BACKENDS:
             raise SystemExit(f"--sdpa {backend!r}: expected flash, cudnn or mem_efficient")
         run = sdpa_fn(SDPA_BACKENDS[f"sdpa_{backend}"])  # as the benchmark table runs it: 16 heads of batch 1
@@ -147,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             return run(*(t.view(1, *t.shape) for t in (q, k, v)), is_causal)
 
         baselines[f"SDPA {'cuDNN' if backend == 'cudnn' else backend}"] = sdpa
-    fwd_only = {name for name in args.fwd_only.split(",") if name}
-    if fwd_only - set(sources):
-        emit(f"(--fwd-only names not among the loaded sources, ignored: {sorted(fwd_only - set(sources))})")
-    timed = {**sources, **baselines}
+    return baselines
+
+
+def time_rounds(timed: dict, fwd_only: set[str], q, k, v, args, started: float, emit) -> dict[str, dict[str, list[float]]]:
+    """Each round's do_bench median of each call, forward and forward+backward, until --rounds or --budget-s."""
     times: dict[str, dict[str, list[float]]] = {name: {"fwd": [], "fwd+bwd": []} for name in timed}
     for done_rounds in range(args.rounds):
         if done_rounds and args.budget_s is not None and time.monotonic() - started > args.budget_s:
@@ -169,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 times[name][label].append(triton.testing.do_bench(
                     call, warmup=100, rep=args.rep_ms, grad_to_none=[q, k, v], return_mode="median"))
+    return times
+
+
+def emit_timing_table(times: dict[str, dict[str, list[float]]], first: str, fwd_only: set[str], emit) -> None:
+    """The medians over rounds, and their ratios to the ``first`` source and to the SDPA backends."""
     med = {name: {label: statistics.median(ts) if ts else float("nan") for label, ts in per.items()}
            for name, per in times.items()}
-    first = next(iter(sources))
 
     def ratio(name: str, label: str, to: str) -> str:
         value = med[name][label] / med[to][label] if to in med else float("nan")
@@ -181,13 +180,38 @@ def main(argv: list[str] | None = None) -> int:
     emit("| source | fwd ms | fwd+bwd ms | fwd+bwd rounds (ms) | fwd+bwd x first | fwd+bwd x SDPA flash "
          "| fwd+bwd x cuDNN | fwd x first | fwd x cuDNN |")
     emit("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name in timed:
+    for name in times:
         rounds = ", ".join(f"{t:.3f}" for t in times[name]["fwd+bwd"]) or "(forward only: " + ", ".join(
             f"{t:.3f}" for t in times[name]["fwd"]) + ")"
         fwd_bwd = "-" if name in fwd_only else f"{med[name]['fwd+bwd']:.3f}"
         emit(f"| {name} | {med[name]['fwd']:.3f} | {fwd_bwd} | {rounds} | "
              f"{ratio(name, 'fwd+bwd', first)} | {ratio(name, 'fwd+bwd', 'SDPA flash')} | "
              f"{ratio(name, 'fwd+bwd', 'SDPA cuDNN')} | {ratio(name, 'fwd', first)} | {ratio(name, 'fwd', 'SDPA cuDNN')} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    if not gpus.count():
+        raise SystemExit("compare_kernel_sources needs a CUDA GPU")
+    sources = {}
+    for item in args.sources:
+        name, sep, path = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"{item!r}: expected NAME=PATH")
+        sources[name] = torch.compile(load_source(name, Path(path)).FlashAttentionTriton.apply)
+    emit = table_writer(args.out)
+    q, k, v = leaderboard_inputs()
+    emit(f"{gpus.names()[0]}, torch {torch.__version__}, triton {triton.__version__}; "
+         f"shape {tuple(q.shape)} bfloat16 causal; {args.rounds} rounds, do_bench rep {args.rep_ms} ms")
+    emit("")
+    check_against_first(sources, q, k, v, emit)
+    baselines = sdpa_baselines(args.sdpa)
+    fwd_only = {name for name in args.fwd_only.split(",") if name}
+    if fwd_only - set(sources):
+        emit(f"(--fwd-only names not among the loaded sources, ignored: {sorted(fwd_only - set(sources))})")
+    times = time_rounds({**sources, **baselines}, fwd_only, q, k, v, args, started, emit)
+    emit_timing_table(times, next(iter(sources)), fwd_only, emit)
     if args.profile:
         for name, fn in sources.items():
             emit("")

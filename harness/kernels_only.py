@@ -337,50 +337,60 @@ def _evaluate(node: ast.AST, scope: dict, module_values: dict, reader: _Reader, 
     if isinstance(node, ast.IfExp):
         return ev(node.body) if ev(node.test) else ev(node.orelse)
     if isinstance(node, ast.ListComp):
-        results: list = []
-
-        def loop(index: int, inner: dict) -> None:
-            if index == len(node.generators):
-                results.append(ev(node.elt, inner))
-                if len(results) > 4096:
-                    raise _Unreadable("too many configs")
-                return
-            generator = node.generators[index]
-            for item in ev(generator.iter, inner):
-                bound = dict(inner)
-                _bind(generator.target, item, bound)
-                if all(ev(condition, bound) for condition in generator.ifs):
-                    loop(index + 1, bound)
-        loop(0, dict(scope))
-        return results
+        return _evaluate_list_comprehension(node, scope, ev)
     if isinstance(node, ast.Call):
-        name = _call_name(node.func)
-        args = [ev(a) for a in node.args]
-        kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg is not None}
-        if name == "Config":
-            meta = args[0] if args else kwargs.pop("kwargs", {})
-            if not isinstance(meta, dict):
-                raise _Unreadable("Config")
-            config = {"kwargs": dict(meta)}
-            for index, field_name in enumerate(CONFIG_FIELDS):
-                value = args[index + 1] if len(args) > index + 1 else kwargs.get(field_name)
-                if value is not None:
-                    config[field_name] = value
-            return config
-        if name == "range":
-            return list(range(*args))
-        if name == "dict":
-            return dict(*args, **kwargs)
-        if name in ("list", "tuple"):
-            return list(*args) if name == "list" else tuple(*args)
-        if name == "product":
-            return [tuple(p) for p in itertools.product(*args)]
-        if name in ("pow", "max", "min"):
-            return {"pow": pow, "max": max, "min": min}[name](*args)
-        if name in ("log2", "sqrt") and args:
-            return getattr(math, name)(*args)
-        raise _Unreadable(f"call of {name}")
+        return _evaluate_call(node, ev)
     raise _Unreadable(type(node).__name__)
+
+
+def _evaluate_list_comprehension(node: ast.ListComp, scope: dict, ev) -> list:
+    """``[elt for ... in ... if ...]``, each part read by ``ev(node, scope)`` (at most 4096 items)."""
+    results: list = []
+
+    def loop(index: int, inner: dict) -> None:
+        if index == len(node.generators):
+            results.append(ev(node.elt, inner))
+            if len(results) > 4096:
+                raise _Unreadable("too many configs")
+            return
+        generator = node.generators[index]
+        for item in ev(generator.iter, inner):
+            bound = dict(inner)
+            _bind(generator.target, item, bound)
+            if all(ev(condition, bound) for condition in generator.ifs):
+                loop(index + 1, bound)
+    loop(0, dict(scope))
+    return results
+
+
+def _evaluate_call(node: ast.Call, ev):
+    """A call of ``triton.Config`` (as a dict) or of one of a few pure builtins, its arguments read by ``ev``."""
+    name = _call_name(node.func)
+    args = [ev(a) for a in node.args]
+    kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg is not None}
+    if name == "Config":
+        meta = args[0] if args else kwargs.pop("kwargs", {})
+        if not isinstance(meta, dict):
+            raise _Unreadable("Config")
+        config = {"kwargs": dict(meta)}
+        for index, field_name in enumerate(CONFIG_FIELDS):
+            value = args[index + 1] if len(args) > index + 1 else kwargs.get(field_name)
+            if value is not None:
+                config[field_name] = value
+        return config
+    if name == "range":
+        return list(range(*args))
+    if name == "dict":
+        return dict(*args, **kwargs)
+    if name in ("list", "tuple"):
+        return list(*args) if name == "list" else tuple(*args)
+    if name == "product":
+        return [tuple(p) for p in itertools.product(*args)]
+    if name in ("pow", "max", "min"):
+        return {"pow": pow, "max": max, "min": min}[name](*args)
+    if name in ("log2", "sqrt") and args:
+        return getattr(math, name)(*args)
+    raise _Unreadable(f"call of {name}")
 
 
 def _call_name(func: ast.AST) -> str:

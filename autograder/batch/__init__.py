@@ -12,7 +12,7 @@ Read by staff who grade the GPU half after the deadline. The pieces, one a file:
   retry, each job's ``batch.json``, and the one ``summary.md`` writer;
 - ``grading.py``: the batch grade: a ``python -m autograder grade`` job per submission, its
   ``results.json`` and log, and the class report;
-- ``report.py``: the class CSV for Gradescope's score upload and the per-problem histograms;
-- ``local_slurm.py``: a one-node Slurm on this machine (root, Debian's slurm-wlm, which
-  ``install_slurm.sh`` installs from setup.sh), where the Slurm path is tested for real.
+- ``report.py``: the class CSV for Gradescope's score upload and the per-problem histograms.
+The Slurm path is tested for real on a one-node Slurm on this machine, ``autograder/selftests/local_slurm.py``
+(root, Debian's slurm-wlm, which ``autograder/selftests/install_slurm.sh`` installs from setup.sh).
 """

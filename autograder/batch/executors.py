@@ -222,7 +222,7 @@ class SlurmParams:
         """submitit's Slurm parameters (the names of its sbatch writer)."""
         params = {"job_name": self.job_name, "time": self.time_min, "nodes": 1, "ntasks_per_node": 1,
                   "cpus_per_task": self.cpus, "mem": f"{self.mem_gb}GB", "array_parallelism": self.array_parallelism}
-        if self.gpus:  # gpus 0: CPU jobs (a CPU partition, as in autograder/batch/local_slurm.py)
+        if self.gpus:  # gpus 0: CPU jobs (a CPU partition, as in autograder/selftests/local_slurm.py)
             params["gpus_per_node"] = self.gpus
         for key, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos)):
             if value:

@@ -269,7 +269,7 @@ def test_leaderboard_batch_times_a_folder_holding_only_a_zip(tmp_path):
 
 
 def test_gpus_per_job_0_asks_slurm_for_cpu_jobs(tmp_path):
-    """--gpus-per-job 0 (a CPU partition, as autograder/batch/local_slurm.py makes): no GPU in the
+    """--gpus-per-job 0 (a CPU partition, as autograder/selftests/local_slurm.py makes): no GPU in the
     sbatch script and no --require-gpu in the grades; on this machine's executor it is refused."""
     tmp_path.chmod(0o755)
     export = build_export(tmp_path, as_zip=False, only=["submission_281934022"])

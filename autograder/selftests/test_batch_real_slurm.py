@@ -1,5 +1,5 @@
 """``python -m autograder batch --executor slurm`` on a real Slurm: a one-node cluster of Debian's
-slurm-wlm started on this machine (autograder/batch/local_slurm.py), real ``sbatch`` job arrays
+slurm-wlm started on this machine (autograder/selftests/local_slurm.py), real ``sbatch`` job arrays
 through submitit, job states read by submitit's ``sacct`` from slurmdbd.
 
 A fake export of three submissions (the reference, the stubs, a corrupt zip), graded on one cheap
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch.local_slurm import LocalSlurm, missing
+from autograder.selftests.local_slurm import LocalSlurm, missing
 from autograder.selftests.fake_export import build_export
 from autograder.selftests.gradescope_schema import problems_with
 

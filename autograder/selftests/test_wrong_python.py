@@ -32,7 +32,7 @@ ENTRY_POINTS = [
     ("fixtures", "mutants"),
     ("tests.score",),
     ("tests.checks.flash_repro", "pytorch", "forward", "FlashCase()"),
-    ("autograder.batch.local_slurm", "down", "/tmp/nowhere"),
+    ("autograder.selftests.local_slurm", "down", "/tmp/nowhere"),
     ("autograder.student_points", "--help"),
     ("autograder.answer_keys.parallelism_2026", "key"),
     *[(f"autograder.tools.{path.stem}", "--help") for path in sorted((KIT / "autograder" / "tools").glob("*.py"))

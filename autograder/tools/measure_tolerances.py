@@ -109,6 +109,37 @@ class EmulatedFloat32Attention(EmulatedTensorCoreAttention):
     tf32 = False
 
 
+def _random_case(rng: random.Random, max_n: int, dtype, cuda: bool, v_scale: float):
+    """One random FlashCase of ``dtype``: batch, lengths up to ``max_n``, d, causal flag, layout, seed, Q scale."""
+    from harness.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase
+
+    return FlashCase(batch=rng.randint(1, 3), n_queries=rng.randint(1, max_n), n_keys=rng.randint(1, max_n),
+                     d=rng.choice(HEAD_DIMS), dtype=dtype, is_causal=rng.random() < 0.5, layout=rng.choice(LAYOUTS),
+                     seed=rng.randrange(2**31), device="cuda" if cuda else "cpu", q_scale=rng.choice(Q_SCALES),
+                     v_scale=v_scale)
+
+
+def _record_errors(worst: dict, case, function_name: str, outputs, truth) -> None:
+    """Fold one case's errors of O, L, dQ, dK, dV against the float64 truth into ``worst``."""
+    from harness.assertions import norm_check_applies
+    from harness.flash_cases import case_tolerance
+
+    for quantity, actual, expected in zip(QUANTITIES, outputs, truth):
+        a = actual.detach().double().cpu()
+        e = expected.detach().double().cpu()
+        error = (a - e).abs()
+        max_abs = float(error.max())
+        needed = float((error / (1 + e.abs())).max())
+        slot = worst[quantity]
+        if needed > slot["needed_tol"]:
+            slot["case"] = str(case)
+        slot["max_abs"] = max(slot["max_abs"], max_abs)
+        atol = case_tolerance(case, quantity, "pytorch" if function_name == "pytorch" else "triton")["atol"]
+        if norm_check_applies(e, atol):
+            slot["norm"] = max(slot["norm"], float((a - e).norm() / e.norm()))
+        slot["needed_tol"] = max(slot["needed_tol"], needed)
+
+
 def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, functions: list[str],
                             dtype_names: list[str] | None = None, v_scale: float = 1.0) -> list[dict]:
     """Run in a child process: measure one submission; return one row per (function, dtype).
@@ -116,8 +147,6 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
     import torch
 
     from harness import gpus
-    from harness.assertions import norm_check_applies
-    from harness.flash_cases import HEAD_DIMS, LAYOUTS, FlashCase, case_tolerance
     from harness.submission import load_adapters
 
     cuda = gpus.count() > 0
@@ -143,19 +172,7 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
         for dtype in dtypes:
             worst = {q: {"max_abs": 0.0, "needed_tol": 0.0, "norm": 0.0, "case": ""} for q in QUANTITIES}
             for _ in range(cases):
-                case = FlashCase(
-                    batch=rng.randint(1, 3),
-                    n_queries=rng.randint(1, max_n),
-                    n_keys=rng.randint(1, max_n),
-                    d=rng.choice(HEAD_DIMS),
-                    dtype=dtype,
-                    is_causal=rng.random() < 0.5,
-                    layout=rng.choice(LAYOUTS),
-                    seed=rng.randrange(2**31),
-                    device="cuda" if cuda else "cpu",
-                    q_scale=rng.choice(Q_SCALES),
-                    v_scale=v_scale,
-                )
+                case = _random_case(rng, max_n, dtype, cuda, v_scale)
                 Q, K, V = case.make_inputs(requires_grad=True)
                 dO = case.make_grad_output()
                 if isinstance(function, type) and issubclass(function, EmulatedTensorCoreAttention):
@@ -165,40 +182,16 @@ def _measure_one_submission(submission: str, cases: int, max_n: int, seed: int, 
                     L = [t for t in O.grad_fn.saved_tensors if tuple(t.shape) == (case.batch, case.n_queries)][0]
                     grads = torch.autograd.grad(O, (Q, K, V), dO)
                 truth = case.truth(Q, K, V, dO)
-                for quantity, actual, expected in zip(QUANTITIES, (O, L, *grads), truth):
-                    a = actual.detach().double().cpu()
-                    e = expected.detach().double().cpu()
-                    error = (a - e).abs()
-                    max_abs = float(error.max())
-                    needed = float((error / (1 + e.abs())).max())
-                    slot = worst[quantity]
-                    if needed > slot["needed_tol"]:
-                        slot["case"] = str(case)
-                    slot["max_abs"] = max(slot["max_abs"], max_abs)
-                    atol = case_tolerance(case, quantity, "pytorch" if name == "pytorch" else "triton")["atol"]
-                    if norm_check_applies(e, atol):
-                        slot["norm"] = max(slot["norm"], float((a - e).norm() / e.norm()))
-                    slot["needed_tol"] = max(slot["needed_tol"], needed)
-            rows.append(
-                {
-                    "submission": submission,
-                    "function": name,
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "device": "cuda" if cuda else "cpu",
-                    "cases": cases,
-                    "worst": worst,
-                }
-            )
+                _record_errors(worst, case, name, (O, L, *grads), truth)
+            rows.append({"submission": submission, "function": name, "dtype": str(dtype).removeprefix("torch."),
+                         "device": "cuda" if cuda else "cpu", "cases": cases, "worst": worst})
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--submission",
-        action="append",
-        help=f"submission directory (repeatable); {EMULATED!r} measures EmulatedTensorCoreAttention",
-    )
+    parser.add_argument("--submission", action="append",
+                        help=f"submission directory (repeatable); {EMULATED!r} measures EmulatedTensorCoreAttention")
     parser.add_argument("--cases", type=int, default=100, help="random cases per (function, dtype)")
     parser.add_argument("--max-n", type=int, default=None, help="largest n_queries / n_keys (default 160 CPU, 1024 GPU)")
     parser.add_argument("--seed", type=int, default=0)

@@ -42,6 +42,13 @@ def replace(s: str, old: str, new: str, count: int = 1) -> str:
     return s.replace(old, new)
 
 
+def apply_edits(s: str, edits) -> str:
+    """``s`` with each (old, new, count) of ``edits`` applied in order, each checked by ``replace``."""
+    for old, new, count in edits:
+        s = replace(s, old, new, count)
+    return s
+
+
 def lpt(s: str) -> str:
     for comment in ("  # later query tiles see more keys: start them first so the tail is short", ""):
         s = replace(s, f"""    q_tile = tl.program_id(0)
@@ -69,16 +76,16 @@ def lpt(s: str) -> str:
     return s
 
 
-def even(s: str) -> str:
+_EVEN_EDITS: tuple[tuple[str, str, int], ...] = (  # (old, new, count), applied in order by even()
     # forward: helper and masked loop
-    s = replace(s, """    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr,
+    ("""    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr,
 ):""", """    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr, EVEN: tl.constexpr = False,
-):""")
-    s = replace(s, """        s = tl.where(offs_k[None, :] < N_KEYS, s, float("-inf"))
+):""", 1),
+    ("""        s = tl.where(offs_k[None, :] < N_KEYS, s, float("-inf"))
 """, """        if not EVEN:
             s = tl.where(offs_k[None, :] < N_KEYS, s, float("-inf"))
-""")
-    s = replace(s, """        k_in = (k_start + offs_k)[:, None] < N_KEYS  # (Bk, 1)
+""", 1),
+    ("""        k_in = (k_start + offs_k)[:, None] < N_KEYS  # (Bk, 1)
         k = tl.load(k_ptrs + k_start * stride_kk, mask=k_in, other=0.0)
         v = tl.load(v_ptrs + k_start * stride_vk, mask=k_in, other=0.0)
 """, """        if EVEN:
@@ -88,24 +95,24 @@ def even(s: str) -> str:
             k_in = (k_start + offs_k)[:, None] < N_KEYS  # (Bk, 1)
             k = tl.load(k_ptrs + k_start * stride_kk, mask=k_in, other=0.0)
             v = tl.load(v_ptrs + k_start * stride_vk, mask=k_in, other=0.0)
-""")
-    s = replace(s, """            IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
+""", 1),
+    ("""            IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS,
         )""", """            IS_CAUSAL=IS_CAUSAL, MASKED=True, IEEE_DOTS=IEEE_DOTS, EVEN=EVEN,
-        )""")
+        )""", 1),
     # every kernel gets the flag
-    s = replace(s, """    IEEE_DOTS: tl.constexpr = False,
+    ("""    IEEE_DOTS: tl.constexpr = False,
     UPCAST_DOTS: tl.constexpr = False,
 """, """    IEEE_DOTS: tl.constexpr = False,
     UPCAST_DOTS: tl.constexpr = False,
     EVEN: tl.constexpr = False,
-""", 3)
+""", 3),
     # dK/dV helper
-    s = replace(s, """    PAIRED_STATS: tl.constexpr,
+    ("""    PAIRED_STATS: tl.constexpr,
 ):
     \"\"\"Add one query tile's share""", """    PAIRED_STATS: tl.constexpr, EVEN: tl.constexpr = False,
 ):
-    \"\"\"Add one query tile's share""")
-    s = replace(s, """    if MASKED:
+    \"\"\"Add one query tile's share""", 1),
+    ("""    if MASKED:
         q_in = offs_q < N_QUERIES
         q = tl.load(q_ptrs, mask=q_in[:, None], other=0.0)
         do = tl.load(do_ptrs, mask=q_in[:, None], other=0.0)
@@ -121,8 +128,8 @@ def even(s: str) -> str:
         q = tl.load(q_ptrs)
         do = tl.load(do_ptrs)
     lse2, delta = _load_row_stats(Stats_ptr, offs_q, N_QUERIES, MASKED=MASKED and not EVEN, PAIRED=PAIRED_STATS)
-""")
-    s = replace(s, """    if MASKED:
+""", 1),
+    ("""    if MASKED:
         visible = offs_q[None, :] < N_QUERIES
         if IS_CAUSAL:
             visible = visible & (offs_k[:, None] <= offs_q[None, :])
@@ -136,16 +143,16 @@ def even(s: str) -> str:
             if IS_CAUSAL:
                 visible = visible & (offs_k[:, None] <= offs_q[None, :])
             p_t = tl.where(visible, p_t, 0.0)
-""")
-    s = replace(s, "PAIRED_STATS=PAIRED_STATS,\n", "PAIRED_STATS=PAIRED_STATS, EVEN=EVEN,\n", 4)
+""", 1),
+    ("PAIRED_STATS=PAIRED_STATS,\n", "PAIRED_STATS=PAIRED_STATS, EVEN=EVEN,\n", 4),
     # dQ helper
-    s = replace(s, """    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr, UPCAST_DOTS: tl.constexpr,
+    ("""    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr, UPCAST_DOTS: tl.constexpr,
 ):
     \"\"\"Add one key tile's share to dQ""", """    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, IEEE_DOTS: tl.constexpr, UPCAST_DOTS: tl.constexpr,
     EVEN: tl.constexpr = False,
 ):
-    \"\"\"Add one key tile's share to dQ""")
-    s = replace(s, """    if MASKED:
+    \"\"\"Add one key tile's share to dQ""", 1),
+    ("""    if MASKED:
         k_in = offs_k[:, None] < N_KEYS
         k = tl.load(k_ptrs, mask=k_in, other=0.0)
         v = tl.load(v_ptrs, mask=k_in, other=0.0)
@@ -153,8 +160,8 @@ def even(s: str) -> str:
         k_in = offs_k[:, None] < N_KEYS
         k = tl.load(k_ptrs, mask=k_in, other=0.0)
         v = tl.load(v_ptrs, mask=k_in, other=0.0)
-""")
-    s = replace(s, """    if MASKED:
+""", 1),
+    ("""    if MASKED:
         visible = offs_k[None, :] < N_KEYS
         if IS_CAUSAL:
             visible = visible & (offs_k[None, :] <= offs_q[:, None])
@@ -168,25 +175,29 @@ def even(s: str) -> str:
             if IS_CAUSAL:
                 visible = visible & (offs_k[None, :] <= offs_q[:, None])
             p = tl.where(visible, p, 0.0)
-""")
-    s = replace(s, """            IEEE_DOTS=IEEE_DOTS, UPCAST_DOTS=UPCAST_DOTS,
+""", 1),
+    ("""            IEEE_DOTS=IEEE_DOTS, UPCAST_DOTS=UPCAST_DOTS,
         )""", """            IEEE_DOTS=IEEE_DOTS, UPCAST_DOTS=UPCAST_DOTS, EVEN=EVEN,
-        )""", 2)
+        )""", 2),
     # launchers
-    s = replace(s, """        D=d, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, IS_CAUSAL=is_causal,
+    ("""        D=d, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, IS_CAUSAL=is_causal,
         **_dot_flags(Q.dtype),""", """        D=d, Q_TILE_SIZE=cfg.q_tile, K_TILE_SIZE=cfg.k_tile, IS_CAUSAL=is_causal,
-        **_dot_flags(Q.dtype), EVEN=_even(n_queries, n_keys, cfg),""")
-    s = replace(s, """        D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
+        **_dot_flags(Q.dtype), EVEN=_even(n_queries, n_keys, cfg),""", 1),
+    ("""        D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
 """, """        D=d, Q_TILE_SIZE=config.q_tile, K_TILE_SIZE=config.k_tile, IS_CAUSAL=is_causal, **_dot_flags(Q.dtype),
         EVEN=_even(n_queries, n_keys, config),
-""", 2)
-    s = replace(s, """def _check_int32_offsets(""", """def _even(n_queries: int, n_keys: int, config: TileConfig) -> bool:
+""", 2),
+    ("""def _check_int32_offsets(""", """def _even(n_queries: int, n_keys: int, config: TileConfig) -> bool:
     \"\"\"Whether both lengths are whole multiples of their tiles: then only the causal diagonal is masked.\"\"\"
     return n_queries % config.q_tile == 0 and n_keys % config.k_tile == 0
 
 
-def _check_int32_offsets(""")
-    return s
+def _check_int32_offsets(""", 1),
+)
+
+
+def even(s: str) -> str:
+    return apply_edits(s, _EVEN_EDITS)
 
 
 def fwd_config(s: str, q_tile: int, k_tile: int, warps: int, stages: int) -> str:
@@ -354,8 +365,7 @@ _edit("""    dkdv_config, dq_config = configs or backward_configs(_static_head_d
 
 
 def atomic(s: str, q_tile: int = 64, k_tile: int = 128, warps: int = 8, stages: int = 2) -> str:
-    for old, new, count in _ATOMIC_EDITS:
-        s = replace(s, old, new, count)
+    s = apply_edits(s, _ATOMIC_EDITS)
     return replace(s, "ATOMIC_DKDV_CONFIG = TileConfig(64, 128, num_warps=8, num_stages=2)",
                    f"ATOMIC_DKDV_CONFIG = TileConfig({q_tile}, {k_tile}, num_warps={warps}, num_stages={stages})")
 

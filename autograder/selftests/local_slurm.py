@@ -13,13 +13,13 @@ state, spool, pid files, logs, the database) in one folder, and on its own free 
 - ``slurmctld`` and ``slurmd``: one node with this machine's CPUs and memory (``slurmd -C``) in
   one CPU partition, ``cpu``; no GPUs.
 
-    python -m autograder.batch.local_slurm up /tmp/slurm     # prints export SLURM_CONF=...
-    python -m autograder.batch.local_slurm down /tmp/slurm   # cancels its jobs, stops the daemons
+    python -m autograder.selftests.local_slurm up /tmp/slurm     # prints export SLURM_CONF=...
+    python -m autograder.selftests.local_slurm down /tmp/slurm   # cancels its jobs, stops the daemons
 
     with LocalSlurm(folder) as cluster:                      # the same from Python
         subprocess.run(["sbatch", ...], env=cluster.env())
 
-``setup.sh`` installs the packages (``autograder/batch/install_slurm.sh``) where it runs as root
+``setup.sh`` installs the packages (``autograder/selftests/install_slurm.sh``) where it runs as root
 with apt-get; ``missing()`` says what is absent. Clients (sbatch, squeue, sacct, scancel) find this
 cluster through ``SLURM_CONF``; jobs submitted as root run as root, as a grade needs.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 from harness.interpreter import require_kit_stack
 
 if __name__ == "__main__":  # before the kit's imports: the wrong Python gets one line, not a traceback
-    require_kit_stack("python -m autograder.batch.local_slurm")
+    require_kit_stack("python -m autograder.selftests.local_slurm")
 
 import argparse
 import json
@@ -50,7 +50,7 @@ CLUSTER = "kitslurm"
 PROGRAMS = (("munged", "munge"), ("slurmctld", "slurmctld"), ("slurmd", "slurmd"), ("slurmdbd", "slurmdbd"),
             ("sbatch", "slurm-client"), ("sacct", "slurm-client"), ("scontrol", "slurm-client"),
             ("mariadbd", "mariadb-server"), ("mariadb-install-db", "mariadb-server"), ("mariadb", "mariadb-client"))
-INSTALL_HINT = "bash setup.sh as root installs them (autograder/batch/install_slurm.sh: apt-get install slurm-wlm slurmdbd mariadb-server)"
+INSTALL_HINT = "bash setup.sh as root installs them (autograder/selftests/install_slurm.sh: apt-get install slurm-wlm slurmdbd mariadb-server)"
 SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
 
@@ -177,7 +177,7 @@ class LocalSlurm:
             raise LocalSlurmError(why)
         if (self.root / "daemons.json").exists():
             raise LocalSlurmError(f"{self.root} already holds a cluster: stop it first "
-                                  f"(python -m autograder.batch.local_slurm down {self.root})")
+                                  f"(python -m autograder.selftests.local_slurm down {self.root})")
         for sub in ("munge", "db", "state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o711)  # munged wants its socket's folders searchable by everyone
@@ -191,19 +191,27 @@ class LocalSlurm:
 
     def _start(self) -> None:
         ctld_port, slurmd_port, dbd_port, db_port = _free_ports(4)
-        munge_dir, db_dir = self.root / "munge", self.root / "db"
-        sock = munge_dir / "munge.sock"
+        sock = self._start_munged()
+        password = self._start_mariadb(db_port)
+        self.node = node_config()
+        self._write_configs(sock, ctld_port, slurmd_port, dbd_port, db_port, password)
+        self._start_slurm(dbd_port)
 
-        # -- munged: a key of its own, its socket here --
-        key = munge_dir / "munge.key"
+    def _start_munged(self) -> Path:
+        """munged with a key of its own; returns its socket, here."""
+        munge_dir = self.root / "munge"
+        sock, key = munge_dir / "munge.sock", munge_dir / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
         munged = self._spawn("munged", [_which("munged"), "--foreground", "--force", f"--socket={sock}",
                                         f"--key-file={key}", f"--pid-file={munge_dir / 'munged.pid'}",
                                         f"--seed-file={munge_dir / 'munged.seed'}", f"--log-file={self.log / 'munged.log'}"])
         self._wait("munged", munged, sock.exists, "creating its socket")
+        return sock
 
-        # -- MariaDB for slurmdbd: a fresh data folder, loopback TCP only --
+    def _start_mariadb(self, db_port: int) -> str:
+        """MariaDB for slurmdbd (a fresh data folder, loopback TCP only); returns user slurm's password."""
+        db_dir = self.root / "db"
         data, db_sock = db_dir / "data", db_dir / "mariadb.sock"
         init = subprocess.run([_which("mariadb-install-db"), "--no-defaults", f"--datadir={data}", "--user=root",
                                "--auth-root-authentication-method=normal", "--skip-test-db"],
@@ -224,12 +232,14 @@ class LocalSlurm:
             return answer.returncode == 0
 
         self._wait("mariadbd", mariadbd, grant_slurm, "taking connections")
+        return password
 
-        # -- the configuration: slurm.conf, and slurmdbd.conf beside it (slurmdbd finds it there) --
-        self.node = node_config()
+    def _write_configs(self, sock: Path, ctld_port: int, slurmd_port: int, dbd_port: int, db_port: int,
+                       password: str) -> None:
+        """slurm.conf, and slurmdbd.conf beside it (slurmdbd finds it there)."""
         host = socket.gethostname().split(".")[0]
         (self.root / "plugstack.conf").write_text("")
-        self.conf.write_text(f"""# A one-node cluster made by autograder/batch/local_slurm.py; every file under {self.root}
+        self.conf.write_text(f"""# A one-node cluster made by autograder/selftests/local_slurm.py; every file under {self.root}
 ClusterName={CLUSTER}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -286,7 +296,8 @@ StorageLoc=slurm_acct_db
 """)
         dbd_conf.chmod(0o600)  # slurmdbd refuses a config others can read (it holds the password)
 
-        # -- slurmdbd, then the controller, then the node --
+    def _start_slurm(self, dbd_port: int) -> None:
+        """slurmdbd, then the controller, then the node; returns when the node is idle."""
         slurmdbd = self._spawn("slurmdbd", [_which("slurmdbd"), "-D"])
         self._wait("slurmdbd", slurmdbd, lambda: self._port_open(dbd_port), f"listening on port {dbd_port}")
         slurmctld = self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", str(self.conf)])
@@ -354,7 +365,7 @@ StorageLoc=slurm_acct_db
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.batch.local_slurm",
+    parser = argparse.ArgumentParser(prog="python -m autograder.selftests.local_slurm",
                                      description="A one-node Slurm on this machine (root; Debian's slurm-wlm).")
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("folder", help="where its config, state, logs and database live (created by up)")
@@ -372,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"local Slurm up in {time.monotonic() - started:.1f} s: partition {PARTITION}, node {NODE} "
           f"({cluster.node}); logs in {cluster.log}; stop it with: "
-          f"python -m autograder.batch.local_slurm down {cluster.root}")
+          f"python -m autograder.selftests.local_slurm down {cluster.root}")
     print(f"export SLURM_CONF={cluster.conf}")
     return 0
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install Debian's Slurm for the batch's real-cluster selftest (autograder/selftests/test_batch_real_slurm.py):
 # slurm-wlm (slurmctld, slurmd, the clients, munge), slurmdbd and MariaDB behind it (so that sacct
-# answers). Nothing is configured or started here: autograder/batch/local_slurm.py starts a one-node
+# answers). Nothing is configured or started here: autograder/selftests/local_slurm.py starts a one-node
 # cluster of its own in a temp folder, and the packages' system services are left as Debian sets them.
 #
-#   bash autograder/batch/install_slurm.sh     # setup.sh runs it; as root with apt-get, else it skips
+#   bash autograder/selftests/install_slurm.sh     # setup.sh runs it; as root with apt-get, else it skips
 #
 # CS336_SKIP_SLURM=1 skips it. Exit status 0 when installed or skipped, 1 when apt-get failed.
 set -uo pipefail
