@@ -105,6 +105,23 @@ def _make_path(path: str, top: str) -> None:
 KEPT_ENV_DIRS = ("TRITON_CACHE_DIR",)  # a folder the process's environment names, kept (a grade's shared replay cache)
 
 
+def _kept(keep: list[str]) -> list[str]:
+    """The real paths of ``keep``, and of the folder holding each symbolic link on the way to one:
+    a path through a link under a private folder (a kit in /tmp whose .venv links elsewhere) must
+    still resolve once that folder is replaced."""
+    kept = set()
+    for path in keep:
+        if not path or not os.path.exists(path):
+            continue
+        kept.add(os.path.realpath(path))
+        here = os.path.abspath(path)
+        while here != os.path.dirname(here):
+            if os.path.islink(here):
+                kept.add(os.path.realpath(os.path.dirname(here)))
+            here = os.path.dirname(here)
+    return sorted(kept)
+
+
 def own_files(keep: list[str]) -> bool:
     """Step 2 of the module docstring; False where the kernel refuses a mount namespace. ``keep``:
     paths this process needs that may lie under one of ``PRIVATE_DIRS``."""
@@ -112,7 +129,7 @@ def own_files(keep: list[str]) -> bool:
     if libc().unshare(CLONE_NEWNS) != 0:
         return False
     mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making this process's mounts private")
-    kept = sorted({os.path.realpath(path) for path in keep if path and os.path.exists(path)})
+    kept = _kept(keep)
     for directory, size in PRIVATE_DIRS.items():
         if os.path.islink(directory) or not os.path.isdir(directory):
             continue
