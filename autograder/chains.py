@@ -70,21 +70,21 @@ _ZYGOTES: dict[tuple, Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()  # grades run side by side in threads (the selftests) share one zygote
 
 
-def zygote_for(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
+def zygote_for(python: str, kit: Path, threads: int) -> Zygote | None:
     """A live zygote for these settings (started once per grader process), or None if it cannot start."""
     if os.environ.get("CS336_GRADER_ZYGOTE", "1") == "0":
         return None
     with _ZYGOTES_LOCK:
-        return _start_zygote(python, kit, threads, extra_env)
+        return _start_zygote(python, kit, threads)
 
 
-def _start_zygote(python: str, kit: Path, threads: int, extra_env: dict[str, str]) -> Zygote | None:
-    key = (python, str(kit), tuple(sorted(extra_env.items())))  # children set their own thread count
+def _start_zygote(python: str, kit: Path, threads: int) -> Zygote | None:
+    key = (python, str(kit))  # children set their own thread count
     zygote = _ZYGOTES.get(key)
     if zygote is not None and zygote.alive:
         return zygote
     home = Path(tempfile.mkdtemp(prefix="cs336-zygote-"))
-    env = {**base_env(python, threads, extra_env), "HOME": str(home), "TMPDIR": str(home)}
+    env = {**base_env(python, threads), "HOME": str(home), "TMPDIR": str(home)}
     try:
         zygote = Zygote(python, kit, env, home)
     except (OSError, RuntimeError):

@@ -10,10 +10,8 @@ refused), makes the staff files readable by root only, and sets the limits each 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from confine.views import why_unreadable
 from harness import gpus
 
 STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("reference"))
@@ -21,17 +19,6 @@ STAFF_ONLY = (Path("autograder") / "hidden_tests", Path("fixtures"), Path("refer
 # to spare: measured peaks are in autograder/README.md. The address-space limit applies only where
 # CUDA is absent (CUDA reserves far more address space than it uses).
 EXECUTOR_LIMITS = {"as_bytes": 8 << 30, "cpu_s": 3600, "fsize_bytes": 2 << 30, "nproc": 1024}
-
-
-def executor_python(uid: int, gid: int, kit: Path) -> tuple[str | None, dict[str, str], str | None]:
-    """The python the harness and its executors run, extra environment for it (none), and why if none can.
-
-    None means an executor's user cannot read the interpreter or the installed packages even
-    through views, so the submission cannot run isolated; the grade then stops (it never runs
-    student code with the grader's rights).
-    """
-    why = why_unreadable(uid, gid)
-    return (None, {}, why) if why else (sys.executable, {}, None)
 
 
 def protect_staff_files(kit: Path) -> None:

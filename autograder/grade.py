@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confine import uid_pool
+from confine.views import why_unreadable
 from autograder.chains import chain_times, default_jobs, file_test_times, merge, run_chains, zygote_for
 from autograder.cpus import usable_cpus
 from autograder.gpu_quiet import Opening
-from autograder.executor_user import executor_limits, executor_python, protect_staff_files
+from autograder.executor_user import executor_limits, protect_staff_files
 from autograder.manifest import Manifest, load_manifest
 from autograder.progress import Progress
 from autograder.results import results_json, slowest_line, write_results
@@ -229,13 +230,12 @@ def _take_in(options: GradeOptions, kit: Path, submission_dir: Path, private: Pa
 @dataclass
 class Isolation:
     """How the submission runs: as root, each executor under its own leased uid (``isolated``),
-    with the Python that uid can read; else as this user, only with ``--same-user``. ``refusal``
-    says why the grade cannot run at all (None: it can)."""
+    which must be able to read this Python (through views where a directory on the way is
+    closed: confine/views.py); else as this user, only with ``--same-user``. ``refusal`` says why
+    the grade cannot run at all (None: it can)."""
 
     isolated: bool
     user: str | None = None
-    python: str = sys.executable
-    python_env: dict[str, str] = field(default_factory=dict)
     refusal: str | None = None
 
 
@@ -250,11 +250,10 @@ def _isolation(options: GradeOptions, kit: Path) -> Isolation:
             "the tests; run it as root (sudo), or pass --same-user to grade code you trust (such as the reference) "
             "as yourself"))
     with uid_pool.leased() as probe:
-        found, python_env, why = executor_python(probe.uid, probe.gid, kit)
-    refusal = None if found else f"the submission cannot be isolated: {why}"
+        why = why_unreadable(probe.uid, probe.gid)
     protect_staff_files(kit)
-    return Isolation(True, "its own unprivileged user id (one per test process)", found or sys.executable,
-                     python_env, refusal)
+    return Isolation(True, "its own unprivileged user id (one per test process)",
+                     f"the submission cannot be isolated: {why}" if why else None)
 
 
 def _refused(options: GradeOptions, manifest: Manifest, refusal: str, started: float) -> GradeReport:
@@ -343,8 +342,7 @@ def _suite_specs(options: GradeOptions, kit: Path, manifest: Manifest, plan: Pla
             crash_streak_limit=settings.crash_streak_limit, restart_limit=settings.restart_limit,
             keyword=options.keyword, select=options.tests, executor_uids=isolation.isolated,
             executor_limits=executor_limits(),
-            threads=plan.threads_each, on_result=printer.result, python=isolation.python,
-            extra_env=isolation.python_env,
+            threads=plan.threads_each, on_result=printer.result,
             on_note=lambda suite, note: printer.say(f"          {suite.split('#')[0]:<7} {note}"), kit=kit,
             shard=chain.index, gpu_lock=private / "gpu-quiet" if plan.on_gpu else None, timeline=options.timeline,
             pool=Pool(private / f"claims-{chain.suite}", f"{chain.suite}#{chain.index}", chain.start,
@@ -355,7 +353,7 @@ def _suite_specs(options: GradeOptions, kit: Path, manifest: Manifest, plan: Pla
     ]
     for suite in {chain.suite for chain in plan.chains}:
         (private / f"claims-{suite}").mkdir(mode=0o700)
-    zygote = (zygote_for(isolation.python, kit, plan.threads_each, isolation.python_env)
+    zygote = (zygote_for(sys.executable, kit, plan.threads_each)
               if options.zygote and specs else None)
     for spec in specs:
         spec.zygote = zygote

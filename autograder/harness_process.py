@@ -42,7 +42,7 @@ _PASSED_THROUGH = (
 )
 
 
-def base_env(python: str, threads: int, extra_env: dict[str, str]) -> dict[str, str]:
+def base_env(python: str, threads: int) -> dict[str, str]:
     """What every test process (and the zygote) gets: nothing of the grader's own environment
     but PATH, locale, thread counts and the CUDA and Triton settings of the machine."""
     env = {
@@ -60,15 +60,13 @@ def base_env(python: str, threads: int, extra_env: dict[str, str]) -> dict[str, 
         if name.startswith("TRITON_") and (name.endswith("_DIR") or name == "TRITON_HOME"):
             continue  # Triton's caches and dumps stay inside the grade's work dir
         env[name] = value
-    for name, value in extra_env.items():
-        env[name] = f"{value}:{env[name]}" if name == "LD_LIBRARY_PATH" and name in env else value
     return env
 
 
 def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
     """A clean environment: ``base_env`` plus home, temp and cache folders in the grade's work dir."""
     work = spec.workdir
-    env = base_env(spec.python, spec.threads, spec.extra_env)
+    env = base_env(spec.python, spec.threads)
     env.update({
         "HOME": str(work / "home"),
         "TRITON_HOME": str(work / "home"),

@@ -63,7 +63,6 @@ class SuiteSpec:
     kit: Path = KIT
     shard: int = 0
     python: str = sys.executable
-    extra_env: dict[str, str] = field(default_factory=dict)
     zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
     gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
     timeline: Path | None = None  # a file for each test's times (``timeline_line``), or None
