@@ -18,6 +18,11 @@ charged most and its CPU seconds; rows are written as they come, so a run cut sh
 Exit 1 when a one-bug copy's grade took over ``FACTOR`` times the correct copy's (issue 39's
 acceptance bound), else 0; exit 2 on bad arguments.
 
+``--batch`` grades the chosen members as a class is graded: one Gradescope export of them (each
+student named after its member), one ``python -m autograder batch`` on one GPU with a course
+secret and ``--partial`` (part 2's two-GPU points left out on a one-GPU machine), and a row per
+submission from its batch.json and results.json; the tail gives the batch's wall time and rate.
+
 ``--cpu`` grades on this machine's CPU (Triton under the interpreter) instead of requiring a GPU;
 ``--dry`` builds every submission and writes the summary without grading (each grade is replaced
 by a stand-in results.json and timeline), which autograder/selftests/test_mixed_class.py runs so
@@ -39,6 +44,7 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT))
 
+from autograder.selftests.fake_export import build_export  # noqa: E402
 from fixtures import SCHEMA, load, materialize  # noqa: E402
 
 FLASH_PROBLEMS = "flash_forward_pytorch,flash_forward_triton,flash_backward"
@@ -58,6 +64,7 @@ class Member:
 
 
 CLASS = (
+    Member("reference", "correct (the reference)", "reference"),
     Member(CORRECT, "correct", "fixtures/mutants/base"),
     Member("scale_applied_twice", "one-bug (forward, PyTorch)", "fixtures/mutants/scale_applied_twice"),
     Member("causal_bottom_right", "one-bug (forward, Triton)", "fixtures/mutants/causal_bottom_right"),
@@ -118,6 +125,30 @@ def grade(command: list[str], out: Path, dry: bool) -> tuple[float, dict]:
     return seconds, json.loads(path.read_text()) if path.exists() else {"score": 0.0, "tests": []}
 
 
+def batch(members: list[Member], built: Path, out: Path, problems: str, cpu: bool, dry: bool) -> tuple[float, dict]:
+    """Grade ``members`` in one ``autograder batch`` run of one GPU (``cpu``: of the CPU; ``dry``: its
+    ``--dry-run``); its
+    wall seconds, and each member's (seconds, results) from the submission's batch.json and results.json."""
+    extra = {f"submission_{9100001 + index}": ("stubs" if member.source == "kit" else f"path:{build(member, built)}",
+                                               [(member.name, f"{9100001 + index}", f"{member.name}@example.edu")])
+             for index, member in enumerate(members)}
+    export = build_export(out / "class", as_zip=False, only=[], extra=extra)
+    started = time.monotonic()
+    with open(out / "batch.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "autograder", "batch", str(export), "--out", str(out / "batch"),
+                        "--gpus", "0" if cpu else "1", "--problems", problems, "--partial",
+                        "--secret", "mixed-class-course-secret", *(["--dry-run"] if dry else [])],
+                       cwd=KIT, stdout=log, stderr=subprocess.STDOUT, check=False)
+    wall = time.monotonic() - started
+    graded = {}
+    for (key, _), member in zip(extra.items(), members):
+        folder = out / "batch" / "submissions" / key
+        record = json.loads((folder / "batch.json").read_text()) if (folder / "batch.json").exists() else {}
+        results = json.loads((folder / "results.json").read_text()) if (folder / "results.json").exists() else {}
+        graded[member.name] = (record.get("seconds") or 0.0, results)
+    return wall, graded
+
+
 def costliest(timeline: Path) -> tuple[str, float]:
     """(the test charged the most CPU seconds, those seconds) in a ``grade --timeline`` file;
     ("-", 0.0) when it has no ended test (a rejected zip runs none)."""
@@ -154,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", type=Path, help="a folder of real submission folders to add to the class")
     parser.add_argument("--only", default="", help="comma-separated members to grade (default: all)")
     parser.add_argument("--cpu", action="store_true", help="grade on the CPU instead of requiring a GPU")
+    parser.add_argument("--batch", action="store_true", help="grade the class in one `autograder batch` run")
     parser.add_argument("--dry", action="store_true", help="build the class and write the summary without grading")
     args = parser.parse_args(argv)
     members = list(CLASS)
@@ -176,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     built = args.out / "submissions"
     built.mkdir(exist_ok=True)
     built.chmod(0o755)
-    head = ["# A mixed class, graded one submission at a time", "",
+    how = ("in one batch" if args.batch else "one submission at a time") + (" on the CPU" if args.cpu else " on one GPU")
+    head = [f"# A mixed class, graded {how}", "",
             *stack(args.cpu or args.dry), f"- problems: {args.problems or 'all'}{'; DRY RUN: nothing graded' if args.dry else ''}",
             "", "| submission | kind | seconds | x correct | points | tests failed | charged most (CPU s) |",
             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
@@ -184,11 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     summary = args.out / "summary.md"
     correct_s: float | None = None
     over: list[str] = []
+    slowest = 0.0
     started = time.monotonic()
+    if args.batch:
+        _, graded = batch(members, built, args.out, args.problems, args.cpu or args.dry, args.dry)
+        outs = {member.name: args.out / "batch" / "submissions" / f"submission_{9100001 + index}"
+                for index, member in enumerate(members)}
     for member in members:
-        out = args.out / member.name
-        seconds, results = grade(grade_command(build(member, built), out, args.problems, args.cpu), out, args.dry)
+        if args.batch:
+            out = outs[member.name]
+            seconds, results = graded[member.name]
+        else:
+            out = args.out / member.name
+            seconds, results = grade(grade_command(build(member, built), out, args.problems, args.cpu), out, args.dry)
         correct_s = seconds if member.name == CORRECT else correct_s
+        slowest = max(slowest, seconds)
         ratio = f"{seconds / correct_s:.2f}" if correct_s else "-"
         if member.kind.startswith("one-bug") and correct_s and seconds > FACTOR * correct_s:
             over.append(f"{member.name} ({seconds:.1f} s)")
@@ -203,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     verdict = (f"One-bug copies over {FACTOR} x the correct copy's {correct_s:.1f} s: {', '.join(over)}." if over
                else f"No one-bug copy took over {FACTOR} x the correct copy's grade." if correct_s
                else "The correct copy was not graded: no ratio.")
-    tail = ["", f"{len(rows)} grades in {total:.0f} s ({3600 * len(rows) / max(total, 1e-9):.0f} an hour, one at a time). "
-            + verdict]
+    tail = ["", f"{len(rows)} grades in {total:.0f} s ({3600 * len(rows) / max(total, 1e-9):.0f} an hour, {how}); "
+            f"the slowest {slowest:.1f} s. " + verdict]
     summary.write_text("\n".join(head + rows + tail) + "\n")
     print("\n".join(tail))
     return 1 if over else 0

@@ -8,6 +8,9 @@ under ``--out``:
 
     submissions/<id>/results.json   the grade (Gradescope's format), as a single grade writes it
     submissions/<id>/grade.log      that grade's console output
+    submissions/<id>/timeline.jsonl when each of its test processes waited, started and ended, and
+                                    the CPU seconds each test was charged (grade --timeline):
+                                    where a slow grade's time went
     submissions/<id>/batch.json     the kit version, submission hash and grade flags it was graded
                                     with, its status, attempts and seconds (for resumption)
     scores.csv                      a row per student for Gradescope's score upload (report.py)
@@ -186,14 +189,15 @@ def grade_batch(options: BatchOptions) -> int:
         key = {"kit_version": version, "submission_hash": submission_hash(submission.path), "grade_flags": flags,
                "gpus_per_job": gpus_per_job,  # two GPUs grade tests one cannot
                "secret_digest": secret_digest(options.secret)}  # another secret draws other cases: regrade
-        argv = (sys.executable, "-m", "autograder", "grade", str(submission.path), "--out", str(folder), *flags)
+        argv = (sys.executable, "-m", "autograder", "grade", str(submission.path), "--out", str(folder), *flags,
+                "--timeline", str(folder / "timeline.jsonl"))
         tasks.append(Task(Job(submission.id, submission.label, argv, str(options.kit), str(folder / "grade.log"),
                               limit, env=((SEED_ENV, options.secret),)), key))
     notes = []
     if cluster.name == "local" and not cluster.gpus:
         notes.append("no GPU here: each grade leaves out the points of its GPU-only tests, and this batch writes no "
                      "scores.csv for upload unless --partial asks for one")
-    ran = drive(tasks, cluster, out, _judge, WORDING, version=version, outputs=("results.json",),
+    ran = drive(tasks, cluster, out, _judge, WORDING, version=version, outputs=("results.json", "timeline.jsonl"),
                 dry_run=options.dry_run, source=f" in {options.export}", notes=notes)
     if ran is None:
         return 0

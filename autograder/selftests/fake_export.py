@@ -62,6 +62,13 @@ def _fill(kind: str, dest: Path, scratch: Path) -> None:
         with zipfile.ZipFile(good, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.write(KIT / "reference" / "adapters.py", "adapters.py")
         (dest / "submission.zip").write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # truncated
+    elif kind.startswith("path:"):  # a submission built elsewhere: its folder, or its zip as uploaded
+        source = Path(kind[len("path:"):])
+        if source.is_file():
+            dest.mkdir(parents=True)
+            shutil.copy(source, dest / "submission.zip")
+        else:
+            shutil.copytree(source, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
     elif kind == "no_adapters":  # the package alone, as a student who zipped the wrong folder would
         dest.mkdir(parents=True)
         shutil.copytree(KIT / "reference" / "cs336_systems", dest / "cs336_systems", symlinks=False,

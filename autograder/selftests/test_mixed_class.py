@@ -70,3 +70,17 @@ def test_the_costliest_test_is_read_from_the_timeline(mixed_class, tmp_path):
         {"event": "end", "nodeid": "tests/c.py::z", "cpu": None}, {"event": "start", "nodeid": "tests/d.py::w"})))
     assert mixed_class.costliest(timeline) == ("b.py::y", 7.5)
     assert mixed_class.costliest(tmp_path / "none.jsonl") == ("-", 0.0)
+
+
+def test_a_batch_run_grades_the_class_through_one_export(mixed_class, tmp_path):
+    """``--batch``: one Gradescope export, one ``autograder batch``; each row from that batch's own records."""
+    assert mixed_class.main([str(tmp_path / "out"), "--batch", "--cpu", "--only", "reference,zip_bad_crc"]) == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    rows = _rows(tmp_path / "out" / "summary.md")
+    assert list(rows) == ["reference", "zip_bad_crc"] and "in one batch" in summary, summary
+    folder = tmp_path / "out" / "batch" / "submissions" / "submission_9100002"
+    record = json.loads((folder / "batch.json").read_text())
+    results = json.loads((folder / "results.json").read_text())
+    assert record["status"] == "done" and float(rows["zip_bad_crc"][2]) == record["seconds"] > 0, (record, rows)
+    assert results["extra_data"]["no_test_ran"] and rows["zip_bad_crc"][4] == "0.00", rows
+    assert (folder / "timeline.jsonl").read_text().startswith("{"), "the batch's grade wrote no timeline"
