@@ -42,7 +42,8 @@ class DDPBucketed(torch.nn.Module):
       parameter, so a parameter larger than the limit gets a bucket of its own; exactly at the
       limit still fits. ``bucket_size_mb=None`` puts every parameter in one bucket.
     - during the backward, once every gradient of a bucket is ready, flatten them into one
-      buffer (in the gradients' own dtype: float64 gradients go out as float64) and launch one
+      buffer (in the gradients' own dtype, float64 gradients go out as float64, and on their
+      device: NCCL communicates CUDA tensors only) and launch one
       asynchronous all-reduce of it: one all-reduce per bucket per step.
     - ``finish_gradient_synchronization()``: launch the buckets that never filled (a parameter
       of theirs got no gradient this step: all-reduce the gradients that exist, leave the

@@ -26,7 +26,8 @@ def all_reduce_flat_gradients(module: torch.nn.Module) -> None:
     counts once) into a single flat tensor, ``dist.all_reduce`` it once, divide by the world
     size, and copy each slice back into its parameter's ``.grad`` in place. The flat tensor is in
     the gradients' dtype (``torch.empty(n)`` would be float32 whatever the model's; the tests train
-    float64 and bfloat16 models too), and every ``.grad`` keeps its dtype. Parameters without
+    float64 and bfloat16 models too) and on their device (``torch.empty(n, dtype=...)`` would be on
+    the CPU, which NCCL refuses), and every ``.grad`` keeps its dtype. Parameters without
     a gradient keep ``.grad`` None. A module with no gradients at all makes no call.
     """
     raise not_implemented(__file__, "all_reduce_flat_gradients", _SECTION)

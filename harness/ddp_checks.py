@@ -35,6 +35,11 @@ def assert_sent_in_dtype(events: list[tuple], steps: int, dtype: torch.dtype, co
             f"gradient (or each flat buffer of gradients) in the gradients' own dtype")
 
 
+NCCL_NOTE = (" (one GPU per rank, the model on it: NCCL communicates CUDA tensors only, so every buffer a "
+             "collective sends must be on the gradients' device, not the default device, the CPU)")
+"""What a run over NCCL adds to its context: why a buffer that works on gloo fails there."""
+
+
 def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int = 3, optimizer: str = "SGD",
             lr: float = 0.1, bucket_size_mb: float | None = None, api: str = "2026", seed: int = 0,
             rows: int = 6, backend: str = "gloo", set_to_none: bool = True,
@@ -68,7 +73,7 @@ def run_ddp(adapters, variant: str, model: str, world_size: int, *, steps: int =
                f"each, {optimizer}(lr={lr})" + (f", bucket_size_mb={bucket_size_mb}" if variant == "bucketed" else "")
                + ("" if set_to_none else ", gradients zeroed in place (zero_grad(set_to_none=False))")
                + (", called as ddp(x=inputs) (a keyword argument)" if keyword_input else ""))
-    context += f", {backend}"
+    context += f", {backend}" + (NCCL_NOTE if backend == "nccl" else "")
     ranks = ranks_of(run_probe(adapters, "ddp.train", world_size, settings, timeout_s=RUN_TIMEOUT_S, backend=backend),
                      context)
     assert_every_handle_waited(ranks, steps, context)

@@ -2,7 +2,8 @@
 one bucket per parameter, three layers exactly at the limit, the overlap on 3 ranks (launched
 during the backward and not waited on there), a frozen weight left out of the buckets, and state
 that stays bounded over steps; float64 parameters, whose buckets hold half as many elements and
-go out in float64, and a model in bfloat16 (buckets sent, and gradients kept, in the model's dtype)."""
+go out in float64, and a model in bfloat16 (buckets sent, and gradients kept, in the model's dtype); on one
+GPU over NCCL, the buckets on the gradients' device."""
 
 from __future__ import annotations
 
@@ -82,3 +83,13 @@ def test_ddp_bucketed_buckets_are_sized_in_the_gradients_bytes(adapters, bucket_
 def test_ddp_bucketed_forward_passes_keyword_arguments(adapters):
     # The wrapper is an nn.Module: ddp(x=inputs) must reach the module's forward as module(x=inputs).
     run_ddp(adapters, "bucketed", "tied", 2, steps=2, bucket_size_mb=4 * 200 / MIB, keyword_input=True)
+
+
+@pytest.mark.gpu
+def test_ddp_bucketed_on_one_gpu_with_nccl(adapters):
+    # A world of one rank over NCCL, the model on cuda:0: buckets of fc3's and fc2's weights,
+    # launched from the hooks, and fc1's weight with the unused parameter, a bucket that never
+    # fills, launched by finish_gradient_synchronization. NCCL communicates CUDA tensors only,
+    # even with one rank: a bucket buffer allocated on the default device (the CPU) instead of the
+    # gradients' fails here, where gloo, which takes CPU tensors too, never shows it.
+    run_ddp(adapters, "bucketed", "frozen", 1, steps=2, bucket_size_mb=4 * (160 + 7) / MIB, backend="nccl")

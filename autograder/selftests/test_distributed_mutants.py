@@ -9,7 +9,9 @@ one) in its own pytest process, two at a time (fixtures/mutants/run_jobs.py, for
 parent on a CPU),
 and every one of those tests must fail. That the reference passes them is
 test_submission_contract.py's job. ``CS336_MUTANTS=name,name`` runs only those mutants (as in
-test_mutant_catalog.py); names of FlashAttention-2 mutants are ignored here.
+test_mutant_catalog.py); names of FlashAttention-2 mutants are ignored here. A ``gpu_only``
+mutant (a buffer on the default device, which only NCCL refuses) runs only where CUDA is
+present, on its one-GPU ``caught_by`` tests; on a CPU it is skipped.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from harness import gpus
 
 KIT = Path(__file__).resolve().parents[2]
 MIN_MUTANTS = 10
-CHOSEN = [m for m in DISTRIBUTED_MUTANTS if not ONLY or m.name in ONLY]
+CUDA = gpus.count() > 0
+CHOSEN = [m for m in DISTRIBUTED_MUTANTS if (not ONLY or m.name in ONLY) and (CUDA or not m.verdict.gpu_only)]
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,8 @@ def test_distributed_catalog_is_well_formed():
 
 @pytest.mark.parametrize("mutant", DISTRIBUTED_MUTANTS, ids=[m.name for m in DISTRIBUTED_MUTANTS])
 def test_distributed_mutant_fails_its_hidden_tests(mutant, runs):
+    if mutant.verdict.gpu_only and not CUDA:
+        pytest.skip(f"{mutant.name} shows only on a GPU (gpu_only): its caught_by tests need CUDA")
     if mutant not in CHOSEN:
         pytest.skip(f"not among CS336_MUTANTS={','.join(ONLY)}")
     outcomes = runs[mutant.name]
