@@ -5,6 +5,7 @@
 #   b:  its second half (the three forward one-bug copies, the two autotuning submissions, the cheat)
 #   lb: the leaderboard's official time for the reference at TREE and at BASE, alternating, 2 each
 #   att: gpu_checks/attacks_gpu.py on the attacks the replay fixes touch
+#   ddp: the one-GPU NCCL DDP tests (issue 43) on the reference, and each buffer-device mutant
 # summary.txt is written as it goes, so a call cut by its limit still returns what it did.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -32,6 +33,12 @@ for step in $STEPS; do
           (cd /tmp/$t && timeout 150 python3 -m leaderboard run reference --name "reference ($t)" 2>&1 | tail -4 | sed "s/^/$t $round: /")
         done; done
         echo "step lb after $((SECONDS-s)) s" ;;
+    ddp) tests="autograder/hidden_tests/test_ddp_flat_hidden.py::test_ddp_flat_on_one_gpu_with_nccl autograder/hidden_tests/test_ddp_bucketed_hidden.py::test_ddp_bucketed_on_one_gpu_with_nccl"
+         python3 -c "from pathlib import Path; from fixtures import materialize; from fixtures.mutants import get; [materialize(get(n), Path('/tmp/mut')/n) for n in ('flat_buffer_on_default_device','bucket_buffer_on_default_device')]"
+         for sub in reference /tmp/mut/flat_buffer_on_default_device /tmp/mut/bucket_buffer_on_default_device; do
+           echo "-- $sub"; timeout 150 python3 -m pytest -p no:cacheprovider -q -rs --submission $sub $tests 2>&1 | grep -E "passed|failed|Error|No backend" | tail -6
+         done
+         echo "step ddp after $((SECONDS-s)) s" ;;
     att) timeout ${ATTACK_S:-200} python3 gpu_checks/attacks_gpu.py /tmp/attacks triton_backward_pytorch
          echo "step att exit $? after $((SECONDS-s)) s" ;;
   esac
