@@ -86,11 +86,12 @@ def pytest_configure(config):
     config.executor = None
     config.triton_skipped = 0
     if not config.getoption("--isolate") and triton_importable():
-        from executor import autotune
+        from executor import autotune, interpreter_memory
 
         # The submission is imported in this process: its autotuners tune for real on a GPU, keep
         # one config under the interpreter, and run config n in a test that checks each of them.
         autotune.install(interpreter=os.environ.get("TRITON_INTERPRET") == "1")
+        interpreter_memory.install_if_interpreted()  # a kernel's stray access fails its test, not later ones
     if config.getoption("--isolate"):
         from harness.client import Executor
         from harness.process import ExecutorSettings

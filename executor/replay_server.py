@@ -45,6 +45,7 @@ import torch
 import confine.limits
 from confine import identity
 
+from .interpreter_memory import install_if_interpreted
 from .launches import storage_view, typed
 from .triton_language import snapshot_if_interpreted
 from .wire import DTYPES, Closed, recv_frame, send_frame
@@ -261,6 +262,7 @@ def main(argv: list[str]) -> None:
     sys.modules.pop("adapters", None)
     replayer = Replayer(Path(root))
     language = snapshot_if_interpreted()  # before any kernel: set back after each request (triton_language.py)
+    install_if_interpreted()  # a kernel's access outside its tensors is refused, not left in this process's heap
     in_fd, out_fd = int(in_fd), int(out_fd)
     while True:
         try:

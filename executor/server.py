@@ -33,8 +33,10 @@ while a request runs, the executor may send ``{"callback": id, "args", "kwargs"}
 ``{"op": "return", "value"}`` or ``{"op": "raise", "error"}`` (requests nested inside a
 callback are served too). Between requests, ``triton.language`` is set back to what it was
 when the submission had been imported (``triton_language.py``: Triton's interpreter leaves
-patches behind). Tensor arguments that require grad arrive as fresh leaves; a
-returned tensor with an autograd graph is kept, with those leaves, under a graph id.
+patches behind); under the interpreter a kernel's access outside the tensor its pointer came
+from is refused before it can corrupt the process (``interpreter_memory.py``). Tensor
+arguments that require grad arrive as fresh leaves; a returned tensor with an autograd graph is
+kept, with those leaves, under a graph id.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import confine.limits
 from confine import identity
 
 from . import probes, tripwire
-from . import autotune
+from . import autotune, interpreter_memory
 from .tracebacks import student_traceback
 from .triton_language import LanguageSnapshot, snapshot_if_interpreted
 from .uninitialized import filled
@@ -273,6 +275,7 @@ def main(argv: list[str]) -> None:
         try:
             server.launch_log.install()
             autotune.install(interpreter=os.environ.get("TRITON_INTERPRET") == "1")
+            interpreter_memory.install_if_interpreted()  # no kernel's stray access corrupts later requests
             server.triton = True
         except ImportError:  # no triton on this machine: no launch can happen either
             pass

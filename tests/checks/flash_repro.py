@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not gpus.count() and os.environ.get("TRITON_INTERPRET") != "1":
         print("note: no GPU and TRITON_INTERPRET is not 1; Triton kernels cannot run. Prefix the command "
               "with TRITON_INTERPRET=1", file=sys.stderr)
-    from executor import autotune
+    from executor import autotune, interpreter_memory
     from executor.uninitialized import filled
     from harness.flash_cases import FlashCase, check_backward, check_forward
     from harness.submission import SubmissionError, load_adapters, resolve_submission_dir
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         autotune.install(interpreter=True)  # as the tests do: one config per @triton.autotune under the interpreter
+        interpreter_memory.install()  # as the tests do: an access outside a kernel's tensors is refused
     case = eval(args.case, {"FlashCase": FlashCase, "torch": torch})  # noqa: S307  the user's own command line
     if not isinstance(case, FlashCase):
         parser.error("the case must be a FlashCase(...) expression")
