@@ -92,6 +92,15 @@ class Executor(TritonCredit, ExecutorProcess):
         self._released_handles.clear()  # the objects and graphs they name died with the last process
         self._released_graphs.clear()
 
+    def released(self, generation: int, graph: bool, number: int) -> None:
+        """A finalizer's note that the harness dropped handle or graph ``number`` of the process of
+        ``generation``: sent with the next request, if that process still runs. Numbers start again
+        in each process, so a note for an earlier process, sent to the next one, released that
+        one's object of the same number: a test's output of a process since restarted, collected
+        during a later test, failed that test's backward ("KeyError: 7" from the executor)."""
+        if generation == self.generation:
+            (self._released_graphs if graph else self._released_handles).append(number)
+
     # -- tests ---------------------------------------------------------------------------
 
     def begin_test(self, timing: bool = False, tune: bool = False) -> None:
@@ -208,10 +217,10 @@ class Executor(TritonCredit, ExecutorProcess):
             self._last_graph = graph["id"]
         inputs = [t for t in self._inputs if t.requires_grad]
         if not inputs or not torch.is_grad_enabled():
-            weakref.finalize(tensor, self._released_graphs.append, graph["id"])
+            weakref.finalize(tensor, self.released, self.generation, True, graph["id"])
             return tensor
         output = stand_in_graph(self, tensor, graph["id"], inputs)
-        weakref.finalize(output, self._released_graphs.append, graph["id"])
+        weakref.finalize(output, self.released, self.generation, True, graph["id"])
         return output
 
     def _encode_args(self, args: Any) -> Any:

@@ -38,7 +38,7 @@ class RemoteObject:
         object.__setattr__(self, "_info", info)
         object.__setattr__(self, "_generation", executor.generation)
         object.__setattr__(self, "_tag", tag or executor._tag)
-        weakref.finalize(self, executor._released_handles.append, handle)
+        weakref.finalize(self, executor.released, executor.generation, False, handle)
 
     def _check(self, executor: Executor) -> None:
         if executor is not self._executor or self._generation != executor.generation:
