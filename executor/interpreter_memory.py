@@ -77,6 +77,12 @@ class _Launch:
         """The real addresses of ``ptrs`` (the kernel's), or OutOfBoundsAccess if an unmasked one
         falls outside its region's storage."""
         signed = np.asarray(ptrs, dtype=np.uint64).view(np.int64) - _ORIGIN
+        if signed.size:  # the usual access: every address inside one storage, mask or not (no check of it needed)
+            low, high = int(signed.min()), int(signed.max())
+            first = (low + _HALF) >> _SPACING_BITS
+            start = first << _SPACING_BITS
+            if 0 <= first < len(self.bases) and low >= start and high + itemsize <= start + self.sizes[first]:
+                return (signed - start).astype(np.uint64) + np.uint64(self.bases[first])
         region = (signed + _HALF) >> _SPACING_BITS
         offset = signed - (region << _SPACING_BITS)
         known = (region >= 0) & (region < len(self.bases))
