@@ -161,3 +161,35 @@ def stub_grade(grades_dir, student_release, tmp_path_factory):
                    capture_output=True, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
     return _once_per_run(tmp_path_factory, "stub_grade",
                          lambda: _grade_and_read(student_release / "submission.zip", grades_dir / "stubs"))
+
+
+def tiny_submission(root: Path, files: dict[str, str]) -> Path:
+    """A submission folder at ``root``: ``files`` (relative path -> text) and an empty package."""
+    (root / "cs336_systems").mkdir(parents=True)
+    (root / "cs336_systems" / "__init__.py").write_text("")
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture
+def interpreted_adapters(tmp_path, monkeypatch):
+    """Call it with a tiny submission's ``files``: that submission's adapters, served by an executor
+    under Triton's interpreter (stopped after the test)."""
+    from harness.client import Executor
+    from harness.process import ExecutorSettings
+    from harness.proxies import RemoteAdapters
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    executors = []
+
+    def serve(files: dict[str, str]):
+        settings = ExecutorSettings(submission=tiny_submission(tmp_path / "submission", files),
+                                    workdir=tmp_path / "work", test_timeout_s=120.0)
+        executors.append(Executor(settings))
+        executors[-1].begin_test()
+        return RemoteAdapters(executors[-1])
+
+    yield serve
+    for executor in executors:
+        executor.stop()

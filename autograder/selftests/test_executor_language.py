@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder.selftests.conftest import tiny_submission
+
 pytest.importorskip("triton")
 
 ADAPTERS = textwrap.dedent('''
@@ -60,28 +62,13 @@ ADAPTERS = textwrap.dedent('''
 ''')
 
 
-def _submission(root: Path) -> Path:
-    (root / "cs336_systems").mkdir(parents=True)
-    (root / "cs336_systems" / "__init__.py").write_text("")
-    (root / "adapters.py").write_text(ADAPTERS)
-    return root
+FILES = {"adapters.py": ADAPTERS}
 
 
 @pytest.fixture
-def adapters(tmp_path, monkeypatch):
+def adapters(interpreted_adapters):
     """The test submission's adapters, served by an executor under Triton's interpreter."""
-    from harness.client import Executor
-    from harness.process import ExecutorSettings
-    from harness.proxies import RemoteAdapters
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    executor = Executor(ExecutorSettings(submission=_submission(tmp_path / "submission"), workdir=tmp_path / "work",
-                                         test_timeout_s=120.0))
-    try:
-        executor.begin_test()
-        yield RemoteAdapters(executor)
-    finally:
-        executor.stop()
+    return interpreted_adapters(FILES)
 
 
 def test_a_request_after_a_device_function_call_finds_the_language_as_imported(adapters):
@@ -138,7 +125,7 @@ def test_the_snapshot_sets_back_what_a_launch_left_and_nothing_else(tmp_path):
         print("ok", len(left))
     ''')
     kit = Path(__file__).resolve().parents[2]
-    submission = _submission(tmp_path / "submission")
+    submission = tiny_submission(tmp_path / "submission", FILES)
     result = subprocess.run([sys.executable, "-c", script, str(submission)], cwd=kit, capture_output=True, text=True,
                             timeout=300, env={**os.environ, "PYTHONPATH": str(kit)})
     assert result.returncode == 0 and result.stdout.startswith("ok"), result.stdout[-2000:] + result.stderr[-3000:]

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder.selftests.conftest import tiny_submission
+
 pytest.importorskip("triton")
 
 KERNELS = textwrap.dedent('''
@@ -84,12 +86,6 @@ ADAPTERS = textwrap.dedent('''
 ''')
 
 
-def _submission(root: Path) -> Path:
-    (root / "cs336_systems").mkdir(parents=True)
-    (root / "cs336_systems" / "__init__.py").write_text("")
-    (root / "cs336_systems" / "kernels.py").write_text(KERNELS)
-    (root / "adapters.py").write_text(ADAPTERS)
-    return root
 
 
 def _outcome(call) -> str:
@@ -99,21 +95,13 @@ def _outcome(call) -> str:
         return f"{type(error).__name__}: {error}"
 
 
-@pytest.fixture
-def adapters(tmp_path, monkeypatch):
-    """The test submission's adapters, served by an executor under Triton's interpreter."""
-    from harness.client import Executor
-    from harness.process import ExecutorSettings
-    from harness.proxies import RemoteAdapters
+FILES = {"cs336_systems/kernels.py": KERNELS, "adapters.py": ADAPTERS}
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    executor = Executor(ExecutorSettings(submission=_submission(tmp_path / "submission"), workdir=tmp_path / "work",
-                                         test_timeout_s=120.0))
-    try:
-        executor.begin_test()
-        yield RemoteAdapters(executor)
-    finally:
-        executor.stop()
+
+@pytest.fixture
+def adapters(interpreted_adapters):
+    """The test submission's adapters, served by an executor under Triton's interpreter."""
+    return interpreted_adapters(FILES)
 
 
 def test_a_store_outside_the_launchs_tensors_fails_that_call_and_changes_nothing_later(adapters):
@@ -190,7 +178,7 @@ def test_views_of_one_storage_reach_each_other_and_the_refusal_says_where(tmp_pa
         print("ok")
     ''')
     kit = Path(__file__).resolve().parents[2]
-    submission = _submission(tmp_path / "submission")
+    submission = tiny_submission(tmp_path / "submission", FILES)
     result = subprocess.run([sys.executable, "-c", script, str(submission)], cwd=kit, capture_output=True, text=True,
                             timeout=300, env={**os.environ, "PYTHONPATH": str(kit)})
     assert result.returncode == 0 and result.stdout.startswith("ok"), result.stdout[-2000:] + result.stderr[-3000:]
