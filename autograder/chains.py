@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -70,23 +71,23 @@ _ZYGOTES: dict[tuple, Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()  # grades run side by side in threads (the selftests) share one zygote
 
 
-def zygote_for(python: str, kit: Path, threads: int) -> Zygote | None:
+def zygote_for(kit: Path, threads: int) -> Zygote | None:
     """A live zygote for these settings (started once per grader process), or None if it cannot start."""
     if os.environ.get("CS336_GRADER_ZYGOTE", "1") == "0":
         return None
     with _ZYGOTES_LOCK:
-        return _start_zygote(python, kit, threads)
+        return _start_zygote(kit, threads)
 
 
-def _start_zygote(python: str, kit: Path, threads: int) -> Zygote | None:
-    key = (python, str(kit))  # children set their own thread count
+def _start_zygote(kit: Path, threads: int) -> Zygote | None:
+    key = (sys.executable, str(kit))  # children set their own thread count
     zygote = _ZYGOTES.get(key)
     if zygote is not None and zygote.alive:
         return zygote
     home = Path(tempfile.mkdtemp(prefix="cs336-zygote-"))
-    env = {**base_env(python, threads), "HOME": str(home), "TMPDIR": str(home)}
+    env = {**base_env(threads), "HOME": str(home), "TMPDIR": str(home)}
     try:
-        zygote = Zygote(python, kit, env, home)
+        zygote = Zygote(sys.executable, kit, env, home)
     except (OSError, RuntimeError):
         return None
     _ZYGOTES[key] = zygote

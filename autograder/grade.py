@@ -353,7 +353,7 @@ def _suite_specs(options: GradeOptions, kit: Path, manifest: Manifest, plan: Pla
     ]
     for suite in {chain.suite for chain in plan.chains}:
         (private / f"claims-{suite}").mkdir(mode=0o700)
-    zygote = (zygote_for(sys.executable, kit, plan.threads_each)
+    zygote = (zygote_for(kit, plan.threads_each)
               if options.zygote and specs else None)
     for spec in specs:
         spec.zygote = zygote

@@ -16,6 +16,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,11 +43,11 @@ _PASSED_THROUGH = (
 )
 
 
-def base_env(python: str, threads: int) -> dict[str, str]:
+def base_env(threads: int) -> dict[str, str]:
     """What every test process (and the zygote) gets: nothing of the grader's own environment
     but PATH, locale, thread counts and the CUDA and Triton settings of the machine."""
     env = {
-        "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "MPLBACKEND": "Agg",
@@ -66,7 +67,7 @@ def base_env(python: str, threads: int) -> dict[str, str]:
 def child_env(spec: SuiteSpec, run_id: str) -> dict[str, str]:
     """A clean environment: ``base_env`` plus home, temp and cache folders in the grade's work dir."""
     work = spec.workdir
-    env = base_env(spec.python, spec.threads)
+    env = base_env(spec.threads)
     env.update({
         "HOME": str(work / "home"),
         "TRITON_HOME": str(work / "home"),
@@ -156,7 +157,7 @@ class HarnessProcess:
             finally:
                 os.close(null)
         if self.process is None:
-            command = [spec.python, "-I", "-B", script, str(spec.kit), str(key_read), str(record_write), run_only_arg,
+            command = [sys.executable, "-I", "-B", script, str(spec.kit), str(key_read), str(record_write), run_only_arg,
                        "--", *arguments]
             self.process = subprocess.Popen(
                 command, cwd=spec.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -8,7 +8,6 @@ module of its own so that those modules import it, not each other.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -62,7 +61,6 @@ class SuiteSpec:
     on_collected: Callable[[str, list[str]], None] = lambda suite, alone: None  # suite, its alone_on_gpu tests
     kit: Path = KIT
     shard: int = 0
-    python: str = sys.executable
     zygote: object | None = None  # an autograder.zygote.Zygote to fork test processes from, or None
     gpu_lock: Path | None = None  # the grade's GPU lock folder (autograder/gpu_quiet.py); None on a CPU
     timeline: Path | None = None  # a file for each test's times (``timeline_line``), or None

@@ -44,6 +44,7 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT))
 
+from autograder.batch.driver import RECORD  # noqa: E402
 from autograder.selftests.fake_export import build_export  # noqa: E402
 from fixtures import SCHEMA, load, materialize  # noqa: E402
 
@@ -125,28 +126,27 @@ def grade(command: list[str], out: Path, dry: bool) -> tuple[float, dict]:
     return seconds, json.loads(path.read_text()) if path.exists() else {"score": 0.0, "tests": []}
 
 
-def batch(members: list[Member], built: Path, out: Path, problems: str, cpu: bool, dry: bool) -> tuple[float, dict]:
+def batch(members: list[Member], built: Path, out: Path, problems: str, cpu: bool, dry: bool) -> dict:
     """Grade ``members`` in one ``autograder batch`` run of one GPU (``cpu``: of the CPU; ``dry``: its
-    ``--dry-run``); its
-    wall seconds, and each member's (seconds, results) from the submission's batch.json and results.json."""
-    extra = {f"submission_{9100001 + index}": ("stubs" if member.source == "kit" else f"path:{build(member, built)}",
-                                               [(member.name, f"{9100001 + index}", f"{member.name}@example.edu")])
-             for index, member in enumerate(members)}
+    ``--dry-run``): {member name: (seconds, results, folder)}, from each submission's batch.json and
+    results.json in its folder of the batch's output."""
+    ids = {member.name: f"submission_{9100001 + index}" for index, member in enumerate(members)}
+    extra = {ids[member.name]: ("stubs" if member.source == "kit" else f"path:{build(member, built)}",
+                                [(member.name, ids[member.name].split("_")[1], f"{member.name}@example.edu")])
+             for member in members}
     export = build_export(out / "class", as_zip=False, only=[], extra=extra)
-    started = time.monotonic()
     with open(out / "batch.log", "w") as log:
         subprocess.run([sys.executable, "-m", "autograder", "batch", str(export), "--out", str(out / "batch"),
                         "--gpus", "0" if cpu else "1", "--problems", problems, "--partial",
                         "--secret", "mixed-class-course-secret", *(["--dry-run"] if dry else [])],
                        cwd=KIT, stdout=log, stderr=subprocess.STDOUT, check=False)
-    wall = time.monotonic() - started
     graded = {}
-    for (key, _), member in zip(extra.items(), members):
+    for name, key in ids.items():
         folder = out / "batch" / "submissions" / key
-        record = json.loads((folder / "batch.json").read_text()) if (folder / "batch.json").exists() else {}
+        record = json.loads((folder / RECORD).read_text()) if (folder / RECORD).exists() else {}
         results = json.loads((folder / "results.json").read_text()) if (folder / "results.json").exists() else {}
-        graded[member.name] = (record.get("seconds") or 0.0, results)
-    return wall, graded
+        graded[name] = (record.get("seconds") or 0.0, results, folder)
+    return graded
 
 
 def costliest(timeline: Path) -> tuple[str, float]:
@@ -220,13 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     slowest = 0.0
     started = time.monotonic()
     if args.batch:
-        _, graded = batch(members, built, args.out, args.problems, args.cpu or args.dry, args.dry)
-        outs = {member.name: args.out / "batch" / "submissions" / f"submission_{9100001 + index}"
-                for index, member in enumerate(members)}
+        graded = batch(members, built, args.out, args.problems, args.cpu or args.dry, args.dry)
     for member in members:
         if args.batch:
-            out = outs[member.name]
-            seconds, results = graded[member.name]
+            seconds, results, out = graded[member.name]
         else:
             out = args.out / member.name
             seconds, results = grade(grade_command(build(member, built), out, args.problems, args.cpu), out, args.dry)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -181,6 +180,6 @@ def test_a_test_process_gets_the_machines_gpu_settings_and_the_staffs_autotune_c
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/shared-cache")
     monkeypatch.setenv("GRADER_API_TOKEN", "not for tests")
-    env = base_env(sys.executable, 2)
+    env = base_env(2)
     assert env["CS336_AUTOTUNE"] == "full" and env["CUDA_VISIBLE_DEVICES"] == "0"
     assert "TRITON_CACHE_DIR" not in env and "GRADER_API_TOKEN" not in env
