@@ -6,6 +6,7 @@
 #   lb: the leaderboard's official time for the reference at TREE and at BASE, alternating, 2 each
 #   att: gpu_checks/attacks_gpu.py on the attacks the replay fixes touch
 #   ddp: the one-GPU NCCL DDP tests (issue 43) on the reference, and each buffer-device mutant
+#   grade: the reference's full grade on this GPU (points and wall time)
 # summary.txt is written as it goes, so a call cut by its limit still returns what it did.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -26,7 +27,7 @@ for step in $STEPS; do
          --only reference,correct_base,backward_scale_one_over_d,backward_dO_treated_as_ones,delta_from_dO_only,stubs,zip_bad_crc
        echo "step a exit $? after $((SECONDS-s)) s"; tail -8 /tmp/class-a/batch.log; cp /tmp/class-a/summary.md "$OUT/class-a.md" ;;
     b) timeout 560 python3 gpu_checks/mixed_class.py /tmp/class-b --batch --problems "" --real "$HERE/results/device/real" \
-         --only scale_applied_twice,causal_bottom_right,no_key_bound_mask,autotuned_triton,real_kbjiang,triton_is_pytorch
+         --only scale_applied_twice,causal_bottom_right,no_key_bound_mask,autotuned_triton,real_NiccoloSacchi,triton_is_pytorch
        echo "step b exit $? after $((SECONDS-s)) s"; tail -8 /tmp/class-b/batch.log; cp /tmp/class-b/summary.md "$OUT/class-b.md" ;;
     lb) mkdir -p /tmp/base && tar xf "$HERE/${BASE:?}" -C /tmp/base
         for round in 1 2; do for t in tree base; do
@@ -39,6 +40,9 @@ for step in $STEPS; do
            echo "-- $sub"; timeout 150 python3 -m pytest -p no:cacheprovider -q -rs --submission $sub $tests 2>&1 | grep -E "passed|failed|Error|No backend" | tail -6
          done
          echo "step ddp after $((SECONDS-s)) s" ;;
+    grade) timeout 200 python3 -m autograder grade reference --require-gpu --out /tmp/gref > /tmp/gref.log 2>&1
+           echo "step grade exit $? after $((SECONDS-s)) s"; tail -3 /tmp/gref.log
+           python3 -c "import json; t=json.load(open('/tmp/gref/results.json'))['tests']; print('points', round(sum(x['score'] for x in t), 4), '/', round(sum(x.get('max_score', 0) for x in t), 4), 'not passed:', [x['name'] for x in t if x.get('status') != 'passed'][:8])" ;;
     att) timeout ${ATTACK_S:-200} python3 gpu_checks/attacks_gpu.py /tmp/attacks triton_backward_pytorch
          echo "step att exit $? after $((SECONDS-s)) s" ;;
   esac
