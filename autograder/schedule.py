@@ -10,7 +10,11 @@ takes tests of both and the chains end together whichever suite is longer (autog
   is estimated from its size, at the seconds per byte of the known files of the same grade;
   when none is known that is plain size balancing;
 - each suite with files gets one chain, and the rest of ``jobs`` go one at a time to the suite
-  with the most expected seconds per chain.
+  with the most expected seconds per chain, while every chain of it would still get at least
+  ``MIN_CHAIN_WORK_S`` of test work. A chain costs a process start, which the table's numbers
+  each include once per file (``START_S``), so the work of a pool is its files' seconds less one
+  start each. A grade of a few small files (a student's one problem, most attack and stub grades)
+  runs in one chain: a second would double the starts for less than it saves.
 
 Every chain of a suite collects all of its files, and the chains share its tests out as they run
 (autograder/test_pool.py): each starts at its own share of the expected seconds and, when that
@@ -29,6 +33,12 @@ from pathlib import Path
 
 DURATIONS_PATH = Path(__file__).resolve().parent / "test_durations.toml"
 COLUMNS = ("cpu", "gpu")
+# A chain's start, which each number of the table includes: on the 2-core CPU machine a grade's
+# two chains took 2.5 s from spawn to their first test (fork from the zygote, collection, the
+# executor's torch import; a grade of mixed_precision_accumulation, 2026-12-07). Its CPU is the
+# cost of a chain that brings no time back.
+START_S = 2.5
+MIN_CHAIN_WORK_S = 2 * START_S  # a further chain must bring each at least two starts of work
 
 
 class DurationsError(ValueError):
@@ -110,19 +120,24 @@ def expected_seconds(paths: list[Path], kit: Path, durations: dict[str, FileTimi
 
 
 def plan_chains(files: dict[str, list[Path]], jobs: int, kit: Path, *, gpu: bool,
-                durations: dict[str, FileTiming] | None = None) -> list[Chain]:
+                durations: dict[str, FileTiming] | None = None, min_work_s: float = MIN_CHAIN_WORK_S) -> list[Chain]:
     """The chains for ``files`` ({suite: test files}), ``jobs`` of them at a time, in the order to
     start them: the suite with the most expected seconds per chain first.
 
-    Every suite with files gets at least one chain, whatever ``jobs`` is.
+    Every suite with files gets at least one chain, whatever ``jobs`` is; a suite gets a further
+    one only while each of its chains keeps ``min_work_s`` of work (its seconds less a start per file).
     """
     durations = load_durations() if durations is None else durations
     column = "gpu" if gpu else "cpu"
     weights = {suite: expected_seconds(sorted(paths), kit, durations, column) for suite, paths in files.items() if paths}
     totals = {suite: sum(estimate.values()) for suite, estimate in weights.items()}
+    work = {suite: sum(max(0.0, seconds - START_S) for seconds in estimate.values()) for suite, estimate in weights.items()}
     counts = {suite: 1 for suite in weights}
-    while counts and sum(counts.values()) < jobs:
-        counts[max(counts, key=lambda suite: (totals[suite] / counts[suite], suite))] += 1
+    while sum(counts.values()) < jobs:
+        worth = [suite for suite in counts if work[suite] / (counts[suite] + 1) >= min_work_s]
+        if not worth:
+            break
+        counts[max(worth, key=lambda suite: (totals[suite] / counts[suite], suite))] += 1
     chains = [Chain(suite, index, sorted(weights[suite]), totals[suite] / count, count, weights[suite])
               for suite, count in counts.items() for index in range(count)]
     chains.sort(key=lambda chain: (-chain.expected_s, chain.suite, chain.index))

@@ -180,7 +180,7 @@ def test_a_grade_on_a_gpu_runs_the_marked_test_first_alone_and_the_rest_side_by_
     log = tmp_path / "times.jsonl"
     (kit / "autograder" / "hidden_tests" / "test_beta_hidden.py").write_text(
         textwrap.dedent(QUIET_TESTS.format(log=str(log))))
-    table = {"autograder/hidden_tests/test_beta_hidden.py": FileTiming(cpu=10.0, gpu=10.0)}
+    table = {"autograder/hidden_tests/test_beta_hidden.py": FileTiming(cpu=30.0, gpu=30.0)}  # work for 2 chains
     monkeypatch.setattr(grade_module, "load_durations", lambda: table)
     monkeypatch.setattr(grade_module.gpus, "driver_present", lambda: True)  # the grader's view; the tests need none
     monkeypatch.setattr(grade_module, "usable_cpus", lambda: 2)

@@ -18,7 +18,8 @@ import pytest
 from autograder import chains as chains_module
 from autograder import grade as grade_module
 from autograder.watchdog import SuiteRun, SuiteSpec
-from autograder.schedule import DURATIONS_PATH, DurationsError, FileTiming, expected_seconds, load_durations, plan_chains
+from autograder.schedule import (DURATIONS_PATH, START_S, DurationsError, FileTiming, expected_seconds, load_durations,
+                                 plan_chains)
 from autograder.test_pool import Pool, rotated
 from harness.gpus import ListedGPU
 
@@ -54,7 +55,7 @@ def test_suites_never_share_a_chain_and_each_chain_of_a_suite_holds_all_its_file
     visible = make_files(tmp_path, "tests", {"test_a.py": 10, "test_b.py": 10})
     hidden = make_files(tmp_path, "hidden", {"test_a_hidden.py": 10, "test_b_hidden.py": 10})
     for jobs in (1, 2, 4, 7):
-        chains = plan_chains({"visible": visible, "hidden": hidden}, jobs, tmp_path, gpu=False, durations={})
+        chains = plan_chains({"visible": visible, "hidden": hidden}, jobs, tmp_path, gpu=False, durations={}, min_work_s=0)
         assert {chain.suite for chain in chains} == {"visible", "hidden"} and len(chains) == max(2, jobs)
         for chain in chains:
             assert chain.files == (visible if chain.suite == "visible" else hidden), (chain.suite, chain.files)
@@ -69,12 +70,26 @@ def test_chains_go_to_the_suite_with_the_most_seconds_per_chain(tmp_path):
     hidden = make_files(tmp_path, "hidden", {"test_x.py": 1, "test_y.py": 1, "test_z.py": 1})
     table = {"tests/test_one.py": FileTiming(cpu=10.0)} | {f"hidden/{n}": FileTiming(cpu=6.0) for n in
                                                           ("test_x.py", "test_y.py", "test_z.py")}
-    chains = plan_chains({"visible": visible, "hidden": hidden}, 3, tmp_path, gpu=False, durations=table)
+    chains = plan_chains({"visible": visible, "hidden": hidden}, 3, tmp_path, gpu=False, durations=table, min_work_s=0)
     assert [(chain.suite, chain.expected_s) for chain in chains] == [("visible", 10.0), ("hidden", 9.0), ("hidden", 9.0)]
-    chains = plan_chains({"visible": visible, "hidden": hidden}, 5, tmp_path, gpu=False, durations=table)
+    chains = plan_chains({"visible": visible, "hidden": hidden}, 5, tmp_path, gpu=False, durations=table, min_work_s=0)
     assert [(chain.suite, chain.expected_s) for chain in chains] == [
         ("hidden", 6.0), ("hidden", 6.0), ("hidden", 6.0), ("visible", 5.0), ("visible", 5.0)], "longest first"
     assert chains[0].weights == {path: 6.0 for path in hidden}
+
+
+def test_a_further_chain_only_where_each_chain_keeps_two_starts_of_work(tmp_path):
+    """A small grade runs in one chain whatever ``jobs`` is: a second would start a process (a fork,
+    collection, the executor's torch import) for less work than that start. A large one still gets
+    every chain ``jobs`` allows."""
+    small = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1})
+    table = {"tests/test_a.py": FileTiming(cpu=START_S + 4.0), "tests/test_b.py": FileTiming(cpu=START_S + 4.0)}
+    assert len(plan_chains({"pooled": small}, 4, tmp_path, gpu=False, durations=table)) == 1, "8 s of work: one chain"
+    table = {name: FileTiming(cpu=START_S + 5.0) for name in table}
+    assert len(plan_chains({"pooled": small}, 4, tmp_path, gpu=False, durations=table)) == 2, "10 s: two chains of 5"
+    table = {name: FileTiming(cpu=START_S + 100.0) for name in table}
+    assert len(plan_chains({"pooled": small}, 4, tmp_path, gpu=False, durations=table)) == 4, "200 s: every job"
+    assert len(plan_chains({"pooled": small}, 4, tmp_path, gpu=False, durations=table, min_work_s=150)) == 1
 
 
 def test_chains_run_jobs_at_a_time_in_the_planned_order(monkeypatch, tmp_path):
@@ -150,7 +165,7 @@ def test_chain_times_line_pairs_each_chain_with_its_own_run_and_the_tests_it_ran
     from autograder.watchdog import Verdict
 
     a, b = make_files(tmp_path, "tests", {"test_a.py": 1, "test_b.py": 1})
-    chains = plan_chains({"visible": [a, b]}, 2, tmp_path, gpu=False,
+    chains = plan_chains({"visible": [a, b]}, 2, tmp_path, gpu=False, min_work_s=0,
                          durations={"tests/test_a.py": FileTiming(cpu=9.0), "tests/test_b.py": FileTiming(cpu=3.0)})
     specs = [SuiteSpec(name=chain.suite, files=chain.files, submission=tmp_path, workdir=tmp_path, private_dir=tmp_path,
                        problem_of=str, test_timeout_s=1, deadline=0, shard=chain.index, kit=tmp_path) for chain in chains]
@@ -216,7 +231,7 @@ def test_a_grade_runs_each_test_once_across_its_chains(monkeypatch, tmp_path, ca
     from autograder.selftests.toy_kit import build_toy_kit
 
     kit, submission, manifest = build_toy_kit(tmp_path)
-    table = {"autograder/hidden_tests/test_gamma_hidden.py": FileTiming(cpu=10.0, gpu=10.0)}
+    table = {"autograder/hidden_tests/test_gamma_hidden.py": FileTiming(cpu=30.0, gpu=30.0)}  # work for 2 chains
     monkeypatch.setattr(grade_module, "load_durations", lambda: table)
     monkeypatch.setattr(grade_module, "usable_cpus", lambda: 2)
     monkeypatch.setattr(chains_module, "usable_cpus", lambda: 2)
