@@ -142,7 +142,8 @@ def _add_grade_parser(commands) -> None:
                             "(Formerly --unisolated, still accepted.)")
     grade.add_argument("--unisolated", dest="same_user", action="store_true", help=argparse.SUPPRESS)  # the old spelling
     grade.add_argument("--jobs", type=int, help="test process chains at a time (default: up to 4 on a CPU; up to 16 on a GPU "
-                            "runner, at most one per CPU and one per 8 GiB of GPU memory)")
+                            "runner, at most one per CPU and one per 8 GiB of GPU memory); a grade with only a few seconds "
+                            "of tests starts fewer")
     grade.add_argument("--leaderboard-json", help="JSON with the submission's leaderboard time(s) to report")
     grade.add_argument("--expect-full", action="store_true",
                        help="exit 1 unless every point gradable on this runner was earned (for checking the reference)")
