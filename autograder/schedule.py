@@ -33,10 +33,12 @@ from pathlib import Path
 
 DURATIONS_PATH = Path(__file__).resolve().parent / "test_durations.toml"
 COLUMNS = ("cpu", "gpu")
-# A chain's start, which each number of the table includes: on the 2-core CPU machine a grade's
-# two chains took 2.5 s from spawn to their first test (fork from the zygote, collection, the
-# executor's torch import; a grade of mixed_precision_accumulation, 2026-12-07). Its CPU is the
-# cost of a chain that brings no time back.
+# A chain's start: on the 2-core CPU machine a grade's two chains took 2.5 s from spawn to their
+# first test (fork from the zygote, collection, the executor's torch import; a grade of
+# mixed_precision_accumulation, 2026-12-07). Its CPU is the cost of a chain that brings no time
+# back. The table's cpu numbers each include one (a chain holding that file alone); its gpu numbers
+# are closer to the tests alone, so there the work is understated by up to a start a file, which
+# changes the count only for a grade of a few seconds of tests.
 START_S = 2.5
 MIN_CHAIN_WORK_S = 2 * START_S  # a further chain must bring each at least two starts of work
 
