@@ -11,10 +11,9 @@ takes tests of both and the chains end together whichever suite is longer (autog
   when none is known that is plain size balancing;
 - each suite with files gets one chain, and the rest of ``jobs`` go one at a time to the suite
   with the most expected seconds per chain, while every chain of it would still get at least
-  ``MIN_CHAIN_WORK_S`` of test work. A chain costs a process start, which the table's numbers
-  each include once per file (``START_S``), so the work of a pool is its files' seconds less one
-  start each. A grade of a few small files (a student's one problem, most attack and stub grades)
-  runs in one chain: a second would double the starts for less than it saves.
+  ``MIN_CHAIN_WORK_S`` of test work: its files' seconds less a process start (``START_S``) each.
+  A grade of a few small files (a student's one problem, most attack and stub grades) runs in
+  one chain: a second would double the starts for less than it saves.
 
 Every chain of a suite collects all of its files, and the chains share its tests out as they run
 (autograder/test_pool.py): each starts at its own share of the expected seconds and, when that
