@@ -1,0 +1,253 @@
+"""A Gluon FlashAttention-2 backward for sm_90 behind the reference's Triton forward (issue 42, staff).
+
+The kernels are in ``backward_kernels.py``; README.md ("The backward kernels") says what each
+variant is and what the offline compile gave. A backward is three launches:
+
+1. ``bwd_prepass_kernel``: Delta = rowsum(O * dO), L2 = L * log2 e, dQ's fp32 accumulator zeroed;
+2. the variant's main kernel: dK, dV per key tile, dQ shares added into the fp32 accumulator;
+3. ``bwd_dq_cast_kernel``: dQ = scale * accumulator, in Q's dtype.
+
+Variants (``VARIANTS``; pick one by name):
+
+=============  ====================================================================================
+plain          one warpgroup, no warp specialisation, key tile 64, Q/dO prefetched one step ahead by
+               TMA, dQ by TMA reduce-add
+plain_atomic   as plain, dQ by gl.atomic_add (the fallback if the reduce-add misbehaves)
+ws             a 1-warp TMA loader + two consumer warpgroups (keys 0-63, 64-127 of a 128-key tile),
+               2-slot Q/dO ring with ready/empty mbarriers, dQ by TMA reduce-add
+ws_atomic      as ws, dQ by gl.atomic_add
+=============  ====================================================================================
+
+Inside a step every variant issues S^T and dP^T back to back (async) and computes P^T while dP^T
+runs (README's step 4), then dV, dK, dQ asynchronously, waiting once.
+
+Supported by the Gluon path: float16/bfloat16 inputs, d in {64, 128}; anything else (float32, other d)
+runs the reference's Triton backward. ``StaffFlashAttention.apply(q, k, v, is_causal, variant)`` or
+``make_function(variant)(q, k, v, is_causal)``.
+
+    python -m benchmarks.gluon.backward --offline [VARIANT ...]   # no GPU: compile for sm_90a, ptxas -v
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+from benchmarks.gluon.minimal_kernel import Launch, _desc  # the pieces' launch record and TMA descriptor helper
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "reference") not in sys.path:
+    sys.path.insert(0, str(ROOT / "reference"))
+from cs336_systems.flash_attention_inputs import check_flash_attention_inputs  # noqa: E402
+from cs336_systems.flash_attention_triton import flash_backward_triton, flash_forward_triton  # noqa: E402
+
+from benchmarks.gluon.backward_kernels import (  # noqa: E402
+    bwd_dq_cast_kernel,
+    bwd_plain_kernel,
+    bwd_prepass_kernel,
+    bwd_ws_kernel,
+)
+
+VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic")
+GLUON_DTYPES = (torch.float16, torch.bfloat16)
+GLUON_HEAD_DIMS = (64, 128)
+BQ = 64  # query rows per step (one wgmma warpgroup's M for dQ)
+BKW = 64  # key rows per consumer warpgroup
+ROW_BLOCK = 64  # rows per program of the pre-pass and the cast kernel
+WS_MAXNREG = 168  # 12 warps x 32 x 168 = 64,512 of 65,536 registers (README: "Tiles and warps")
+WS_CONSUMER_REGS = 240  # the worker consumer's setmaxnreg; the loader gets 24
+
+
+def gluon_supported(q: torch.Tensor) -> bool:
+    """Whether the Gluon backward handles these inputs (dtype and head dim); otherwise the reference's runs."""
+    return q.dtype in GLUON_DTYPES and q.shape[-1] in GLUON_HEAD_DIMS
+
+
+def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
+    """The three launches of one backward, and (dQ, dK, dV) that they fill.
+
+    Q, O, dO (B, NQ, d); K, V (B, NK, d); L (B, NQ) float32 natural-log logsumexp. Tensors may live
+    on the CPU (offline compile: the launches are built, never run). Contiguous copies are made
+    where needed (dO of ``o.sum().backward()`` has zero strides)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    B, NQ, D = Q.shape
+    NK = K.shape[1]
+    q, k, v, o, do = (t.contiguous().view(-1, D) for t in (Q, K, V, O, dO))
+    dev = q.device
+    l2 = torch.empty(B * NQ, device=dev, dtype=torch.float32)
+    delta = torch.empty(B * NQ, device=dev, dtype=torch.float32)
+    dq32 = torch.empty(B * NQ, D, device=dev, dtype=torch.float32)
+    dq = torch.empty(B, NQ, D, device=dev, dtype=Q.dtype)
+    dk = torch.empty(B, NK, D, device=dev, dtype=K.dtype)
+    dv = torch.empty(B, NK, D, device=dev, dtype=V.dtype)
+    scale = 1.0 / math.sqrt(D)
+    rows_grid = (triton.cdiv(B * NQ, ROW_BLOCK), )
+    prepass = Launch(bwd_prepass_kernel, rows_grid, (o, do, L.contiguous(), l2, delta, dq32, B * NQ),
+                     dict(D=D, BLOCK=ROW_BLOCK))
+    descs = (_desc(q, [BQ, D]), _desc(k, [BKW, D]), _desc(v, [BKW, D]), _desc(do, [BQ, D]), _desc(dq32, [BQ, D]))
+    common = descs + (dq32, l2, delta, dk, dv, NQ, NK, scale * 1.4426950408889634, scale)
+    atomic = variant.endswith("_atomic")
+    if variant.startswith("ws"):
+        main = Launch(bwd_ws_kernel, (B, triton.cdiv(NK, 2 * BKW)), common,
+                      dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic, CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4,
+                      maxnreg=WS_MAXNREG)
+    else:
+        main = Launch(bwd_plain_kernel, (B, triton.cdiv(NK, BKW)), common, dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic),
+                      num_warps=4)
+    cast = Launch(bwd_dq_cast_kernel, rows_grid, (dq32, dq, B * NQ, scale), dict(D=D, BLOCK=ROW_BLOCK))
+    return [prepass, main, cast], (dq, dk, dv)
+
+
+def _run(launch: Launch) -> None:
+    launch.kernel[launch.grid](*launch.args, **launch.constexprs, num_warps=launch.num_warps, maxnreg=launch.maxnreg)
+
+
+def gluon_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
+    """(dQ, dK, dV) in the inputs' dtypes by the Gluon variant; see ``plan_backward`` for the arguments."""
+    launches, grads = plan_backward(variant, Q, K, V, O, dO, L, is_causal)
+    for launch in launches:
+        _run(launch)
+    return grads
+
+
+class StaffFlashAttention(torch.autograd.Function):
+    """The reference's Triton forward; the backward by a Gluon variant (float16/bfloat16, d 64 or 128)
+    or else by the reference's Triton backward.
+
+    ``StaffFlashAttention.apply(Q, K, V, is_causal=False, variant="ws")``: Q (B, NQ, d), K and V
+    (B, NK, d) on a CUDA device; returns O with Q's shape and dtype. Saves (L, Q, K, V, O).
+    """
+
+    @staticmethod
+    def forward(ctx, Q, K, V, is_causal=False, variant="ws"):
+        check_flash_attention_inputs(Q, K, V, is_causal, needs_triton=True)
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+        O, L = flash_forward_triton(Q, K, V, is_causal)  # (B, NQ, d), (B, NQ)
+        ctx.save_for_backward(L, Q, K, V, O)
+        ctx.is_causal = is_causal
+        ctx.variant = variant
+        return O
+
+    @staticmethod
+    def backward(ctx, dO):
+        L, Q, K, V, O = ctx.saved_tensors
+        if gluon_supported(Q):
+            dQ, dK, dV = gluon_backward(ctx.variant, Q, K, V, O, dO, L, ctx.is_causal)
+        else:
+            dQ, dK, dV = flash_backward_triton(Q, K, V, O, dO, L, ctx.is_causal)
+        return dQ, dK, dV, None, None
+
+
+def make_function(variant: str):
+    """``fn(q, k, v, is_causal=False)`` running StaffFlashAttention with the given backward variant."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+
+    def attention(q, k, v, is_causal=False):
+        return StaffFlashAttention.apply(q, k, v, is_causal, variant)
+
+    attention.__name__ = f"staff_{variant}"
+    return attention
+
+
+# ----------------------------------------------------------------------------------------------
+# Offline: compile every kernel for sm_90a on a machine without a GPU
+# ----------------------------------------------------------------------------------------------
+
+
+def compile_sm90(launch: Launch) -> tuple[str, str]:
+    """(PTX, ptxas -v output) of one launch's kernel compiled for sm_90a; raises on a compile error."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    fn = launch.kernel
+    signature, constexprs, attrs = {}, {}, {}
+    runtime = iter(launch.args)
+    for index, name in enumerate(fn.arg_names):
+        if fn.params[index].is_constexpr:
+            signature[name] = "constexpr"
+            constexprs[name] = launch.constexprs.get(name, fn.params[index].default)
+            continue
+        arg = next(runtime)
+        signature[name] = mangle_type(arg)
+        if isinstance(arg, torch.Tensor):
+            attrs[(index, )] = [["tt.divisibility", 16]]  # as a launch with aligned tensors specialises it
+    options = {"num_warps": launch.num_warps}
+    if launch.maxnreg is not None:
+        options["maxnreg"] = launch.maxnreg
+    compiled = triton.compile(GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    ptx = compiled.asm["ptx"]
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.ptx"
+        path.write_text(ptx)
+        done = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(path), "-o", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("ptxas: " + (done.stdout + done.stderr).strip())
+    return ptx, done.stdout + done.stderr
+
+
+def offline_report(variant: str, d: int, is_causal: bool, dtype=torch.bfloat16) -> list[str]:
+    """One line per kernel of the variant: ptxas registers, spills, and what the PTX contains."""
+    import re
+
+    B, N = 2, 1024
+    q, k, v, o, do = (torch.zeros(B, N, d, dtype=dtype) for _ in range(5))
+    launches, _ = plan_backward(variant, q, k, v, o, do, torch.zeros(B, N), is_causal)
+    lines = []
+    for launch in launches:
+        name = launch.kernel.fn.__name__ if hasattr(launch.kernel, "fn") else str(launch.kernel)
+        try:
+            ptx, info = compile_sm90(launch)
+        except Exception as exc:  # noqa: BLE001  report and go on with the next kernel
+            lines.append(f"ERROR    {variant:<13} d={d:<3} causal={int(is_causal)} {name}: "
+                         f"{type(exc).__name__}: {str(exc)[:600]}")
+            continue
+        used = re.search(r"Used (\d+) registers", info)
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", info)
+        marks = {m: ptx.count(m) for m in ("wgmma.mma_async", "cp.async.bulk.tensor", "cp.reduce.async.bulk",
+                                           "setmaxnreg", "fence.proxy.async", "bar.sync", "atom.global",
+                                           "red.global") if m in ptx}
+        regs = ",".join(re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", ptx))
+        serial = " C7515(wgmma serialised)" if "C7515" in info else ""
+        lines.append(f"COMPILED {variant:<13} d={d:<3} causal={int(is_causal)} {name}: "
+                     f"{used.group(1) if used else '?'} regs, spill {spill.group(1) if spill else '?'}/"
+                     f"{spill.group(2) if spill else '?'} B{serial}; setmaxnreg [{regs}]; PTX "
+                     + ", ".join(f"{m} x{c}" for m, c in marks.items()))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("variants", nargs="*", default=list(VARIANTS), help=f"any of {VARIANTS}")
+    parser.add_argument("--offline", action="store_true", help="compile for sm_90a (no GPU) and print ptxas -v")
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    args = parser.parse_args(argv)
+    if not args.offline:
+        parser.error("only --offline runs from here; benchmarks/gluon/backward_check.py runs on the GPU")
+    print(f"offline: compiling for sm_90a; torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    lines = []
+    for variant in args.variants:
+        for d in args.d:
+            for causal in (True, False):
+                for line in offline_report(variant, d, causal):
+                    print(line, flush=True)
+                    lines.append(line)
+    return 0 if all(line.startswith("COMPILED") for line in lines) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
