@@ -68,6 +68,12 @@ def gluon_supported(q: torch.Tensor) -> bool:
     return q.dtype in GLUON_DTYPES and q.shape[-1] in GLUON_HEAD_DIMS
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """t, contiguous and 16-byte aligned (TMA descriptors need both); a copy only where t is not."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     """The three launches of one backward, and (dQ, dK, dV) that they fill.
 
@@ -78,7 +84,7 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
         raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
     B, NQ, D = Q.shape
     NK = K.shape[1]
-    q, k, v, o, do = (t.contiguous().view(-1, D) for t in (Q, K, V, O, dO))
+    q, k, v, o, do = (_dense(t).view(-1, D) for t in (Q, K, V, O, dO))
     dev = q.device
     l2 = torch.empty(B * NQ, device=dev, dtype=torch.float32)
     delta = torch.empty(B * NQ, device=dev, dtype=torch.float32)
@@ -162,8 +168,9 @@ def make_function(variant: str):
 # ----------------------------------------------------------------------------------------------
 
 
-def compile_sm90(launch: Launch) -> tuple[str, str]:
-    """(PTX, ptxas -v output) of one launch's kernel compiled for sm_90a; raises on a compile error."""
+def compile_sm90(launch: Launch) -> tuple[str, str, int]:
+    """(PTX, ptxas -v output, shared memory bytes) of one launch's kernel compiled for sm_90a; raises on a
+    compile error."""
     import subprocess
     import tempfile
 
@@ -197,7 +204,7 @@ def compile_sm90(launch: Launch) -> tuple[str, str]:
                               capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError("ptxas: " + (done.stdout + done.stderr).strip())
-    return ptx, done.stdout + done.stderr
+    return ptx, done.stdout + done.stderr, compiled.metadata.shared
 
 
 def offline_report(variant: str, d: int, is_causal: bool, dtype=torch.bfloat16) -> list[str]:
@@ -211,7 +218,7 @@ def offline_report(variant: str, d: int, is_causal: bool, dtype=torch.bfloat16) 
     for launch in launches:
         name = launch.kernel.fn.__name__ if hasattr(launch.kernel, "fn") else str(launch.kernel)
         try:
-            ptx, info = compile_sm90(launch)
+            ptx, info, smem = compile_sm90(launch)
         except Exception as exc:  # noqa: BLE001  report and go on with the next kernel
             lines.append(f"ERROR    {variant:<13} d={d:<3} causal={int(is_causal)} {name}: "
                          f"{type(exc).__name__}: {str(exc)[:600]}")
@@ -221,11 +228,11 @@ def offline_report(variant: str, d: int, is_causal: bool, dtype=torch.bfloat16) 
         marks = {m: ptx.count(m) for m in ("wgmma.mma_async", "cp.async.bulk.tensor", "cp.reduce.async.bulk",
                                            "setmaxnreg", "fence.proxy.async", "bar.sync", "atom.global",
                                            "red.global") if m in ptx}
-        regs = ",".join(re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", ptx))
+        regs = " ".join(sorted({f"{kind}:{n}" for kind, n in re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx)}))
         serial = " C7515(wgmma serialised)" if "C7515" in info else ""
         lines.append(f"COMPILED {variant:<13} d={d:<3} causal={int(is_causal)} {name}: "
                      f"{used.group(1) if used else '?'} regs, spill {spill.group(1) if spill else '?'}/"
-                     f"{spill.group(2) if spill else '?'} B{serial}; setmaxnreg [{regs}]; PTX "
+                     f"{spill.group(2) if spill else '?'} B{serial}; smem {smem // 1024} KB; setmaxnreg [{regs}]; PTX "
                      + ", ".join(f"{m} x{c}" for m, c in marks.items()))
     return lines
 

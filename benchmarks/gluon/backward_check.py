@@ -1,0 +1,199 @@
+"""Check and time the Gluon backward variants of benchmarks/gluon/backward.py on an sm_90 GPU.
+
+Staff tool for issue 42 (needs an H100/H200). Two commands; ``backward_run.sh`` runs them, each
+in its own process under a time limit (a wrong mbarrier phase deadlocks instead of failing):
+
+    python -m benchmarks.gluon.backward_check check VARIANT
+    python -m benchmarks.gluon.backward_check time VARIANT [VARIANT ...] [--rounds 3] [--rep-ms 300]
+
+``check``: dQ, dK, dV of StaffFlashAttention with that backward against float64 PyTorch attention
+autograd on small shapes (ragged n, NQ != NK, causal and not, bfloat16 and float16, d 64 and 128),
+each beside the reference Triton Function's error on the same inputs. A gradient passes when every
+element is within the tests' bound (harness/flash_tolerances.py ``TOLERANCES``, atol + rtol * |e|)
+and its norm-relative error is within the bound's ``norm``. Exit 0 iff every case passes.
+
+``time``: at the leaderboard shape (16, 16384, 64) bfloat16 causal, first each variant's gradients
+against the reference Triton Function's (norm-relative error), then in ``--rounds`` interleaved
+rounds the ``triton.testing.do_bench`` median of forward+backward (``o.sum().backward()``, as
+benchmarks/compare_kernel_sources.py times it) and of the backward alone
+(``torch.autograd.grad`` of a saved forward with a random dO), for the reference Function, SDPA's
+cuDNN backend (16 heads of batch 1, as the kit's benchmarks call it) and each variant. All calls
+are eager (no torch.compile). Prints the medians over rounds and their ratios to cuDNN and to the
+reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # flash_attention_benchmark's sdpa_fn, SDPA_BACKENDS
+
+from benchmarks.gluon.backward import VARIANTS, make_function  # noqa: E402  (also puts reference/ on sys.path)
+from cs336_systems.flash_attention_triton import FlashAttentionTriton  # noqa: E402
+from harness.flash_tolerances import TOLERANCES  # noqa: E402
+
+# (batch, n_queries, n_keys, d): even, ragged (TMA boxes cross batch elements), NQ != NK, one long, d 128
+CHECK_SHAPES = ((2, 128, 128, 64), (2, 257, 257, 64), (3, 96, 200, 64), (1, 1024, 1024, 64), (2, 257, 257, 128))
+CHECK_DTYPES = (torch.bfloat16, torch.float16)
+LEADERBOARD = (16, 16384, 64)
+
+
+def attention64(q, k, v, do, is_causal: bool):
+    """(dQ, dK, dV) of softmax(Q K^T / sqrt(d)) V in float64 (query i sees key j <= i when causal)."""
+    q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    s = q @ k.transpose(-1, -2) / q.shape[-1]**0.5
+    if is_causal:
+        nq, nk = s.shape[-2:]
+        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v
+    return torch.autograd.grad(o, (q, k, v), do.double())
+
+
+def grads(fn, q, k, v, do, is_causal: bool):
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    return torch.autograd.grad(fn(q, k, v, is_causal), (q, k, v), do)
+
+
+def judge(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> tuple[bool, str]:
+    """(passes, "max abs error / norm-relative error") against the tests' tolerance for ``what``."""
+    tol = TOLERANCES[dtype][what]
+    a, e = actual.double(), expected.double()
+    err = (a - e).abs()
+    rel = ((a - e).norm() / e.norm().clamp_min(1e-300)).item()
+    ok = bool(torch.isfinite(a).all()) and bool((err <= tol.atol + tol.rtol * e.abs()).all())
+    if tol.norm is not None and e.pow(2).mean().sqrt().item() >= tol.atol:
+        ok = ok and rel <= tol.norm
+    return ok, f"{err.max().item():.1e}/{rel:.1e}"
+
+
+def check(variant: str) -> int:
+    """Every CHECK_SHAPES x causal x CHECK_DTYPES case; one line each; 0 iff all pass."""
+    staff = make_function(variant)
+    reference = FlashAttentionTriton.apply
+    failures = 0
+    for batch, nq, nk, d in CHECK_SHAPES:
+        for is_causal in (True, False):
+            if is_causal and nq != nk:
+                continue  # the contract's causal mask is defined for any NQ, NK; keep the cases few
+            for dtype in CHECK_DTYPES:
+                gen = torch.Generator(device="cuda").manual_seed(nq * 7 + nk + d)
+                q = torch.randn(batch, nq, d, device="cuda", dtype=dtype, generator=gen)
+                k, v = (torch.randn(batch, nk, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+                do = torch.randn(batch, nq, d, device="cuda", dtype=dtype, generator=gen)
+                truth = attention64(q, k, v, do, is_causal)
+                case = f"({batch},{nq},{nk},{d}) causal={int(is_causal)} {str(dtype)[6:]:<8}"
+                try:
+                    mine = grads(staff, q, k, v, do, is_causal)
+                    torch.cuda.synchronize()
+                except Exception as exc:  # noqa: BLE001  a compile or launch error: report it, stop
+                    print(f"ERROR {case}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)
+                    return 1
+                ref = grads(reference, q, k, v, do, is_causal)
+                parts, ok_all = [], True
+                for what, a, r, e in zip(("dQ", "dK", "dV"), mine, ref, truth):
+                    ok, text = judge(a, e, dtype, what)
+                    _, ref_text = judge(r, e, dtype, what)
+                    ok_all &= ok
+                    parts.append(f"{what} {text} (ref {ref_text}){'' if ok else ' FAIL'}")
+                failures += not ok_all
+                print(f"{'PASS' if ok_all else 'FAIL'}  {case}  " + "  ".join(parts), flush=True)
+    print(f"check {variant}: {'all cases PASS' if not failures else f'{failures} case(s) FAIL'} "
+          "(errors: max abs / norm-relative, vs float64 autograd)", flush=True)
+    return 1 if failures else 0
+
+
+def sdpa_cudnn():
+    from flash_attention_benchmark import SDPA_BACKENDS, sdpa_fn
+
+    run = sdpa_fn(SDPA_BACKENDS["sdpa_cudnn"])
+
+    def call(q, k, v, is_causal):
+        return run(*(t.view(1, *t.shape) for t in (q, k, v)), is_causal).view(q.shape)
+
+    return call
+
+
+def time_variants(variants: list[str], rounds: int, rep_ms: int) -> int:
+    """Leaderboard-shape gradient agreement, then interleaved do_bench rounds; prints two tables."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(LEADERBOARD, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(True)
+               for _ in range(3))
+    do = torch.randn(LEADERBOARD, device="cuda", dtype=torch.bfloat16, generator=gen)
+    fns = {"reference": FlashAttentionTriton.apply, "SDPA cuDNN": sdpa_cudnn()}
+    base = grads(fns["reference"], q, k, v, do, True)
+    print(f"leaderboard shape {LEADERBOARD} bfloat16 causal: gradients vs the reference Function "
+          "(norm-relative error dQ, dK, dV)", flush=True)
+    for name in ["SDPA cuDNN"] + variants:
+        fn = fns.get(name) or make_function(name)
+        try:
+            out = grads(fn, q, k, v, do, True)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            print(f"  {name}: ERROR {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+            fns.pop(name, None)
+            continue
+        rels = [((a.double() - b.double()).norm() / b.double().norm()).item() for a, b in zip(out, base)]
+        print(f"  {name}: " + ", ".join(f"{r:.1e}" for r in rels), flush=True)
+        fns[name] = fn
+        del out
+    times = {name: {"fwd+bwd": [], "bwd": []} for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            o = fn(q, k, v, True)
+
+            def fwd_bwd(fn=fn):
+                fn(q, k, v, True).sum().backward()
+
+            def bwd(o=o):
+                torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+            times[name]["fwd+bwd"].append(triton.testing.do_bench(fwd_bwd, warmup=50, rep=rep_ms,
+                                                                  grad_to_none=[q, k, v], return_mode="median"))
+            times[name]["bwd"].append(triton.testing.do_bench(bwd, warmup=50, rep=rep_ms, return_mode="median"))
+            del o
+    med = {name: {label: statistics.median(ts) for label, ts in per.items()} for name, per in times.items()}
+    print(f"\n{rounds} interleaved rounds, do_bench rep {rep_ms} ms, median of round medians (ms); eager calls",
+          flush=True)
+    print("| impl | fwd+bwd ms | x cuDNN | x reference | bwd ms | x cuDNN | x reference | fwd+bwd rounds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    def ratio(name: str, label: str, to: str) -> str:
+        return f"{med[name][label] / med[to][label]:.3f}" if to in med else "-"
+
+    for name in fns:
+        cells = [f"{med[name]['fwd+bwd']:.3f}", ratio(name, "fwd+bwd", "SDPA cuDNN"),
+                 ratio(name, "fwd+bwd", "reference"), f"{med[name]['bwd']:.3f}", ratio(name, "bwd", "SDPA cuDNN"),
+                 ratio(name, "bwd", "reference"), ", ".join(f"{t:.3f}" for t in times[name]["fwd+bwd"])]
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_check = sub.add_parser("check", help="small-shape gradients vs float64 autograd")
+    p_check.add_argument("variant", choices=VARIANTS)
+    p_time = sub.add_parser("time", help="leaderboard-shape timing vs the reference and cuDNN")
+    p_time.add_argument("variants", nargs="*", choices=VARIANTS)
+    p_time.add_argument("--rounds", type=int, default=3)
+    p_time.add_argument("--rep-ms", type=int, default=300)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        print("backward_check needs an sm_90 GPU (H100/H200); `python -m benchmarks.gluon.backward --offline` "
+              "compiles the kernels without one", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    rc = check(args.variant) if args.command == "check" else time_variants(args.variants, args.rounds, args.rep_ms)
+    print(f"({args.command}: {time.monotonic() - started:.0f} s)", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
