@@ -16,6 +16,8 @@ plain_atomic   as plain, dQ by gl.atomic_add (the fallback if the reduce-add mis
 ws             a 1-warp TMA loader + two consumer warpgroups (keys 0-63, 64-127 of a 128-key tile),
                2-slot Q/dO ring with ready/empty mbarriers, dQ by TMA reduce-add
 ws_atomic      as ws, dQ by gl.atomic_add
+ws_dqsum       as ws, but consumer 1 hands its dQ partial to consumer 0 through shared memory (two more
+               mbarriers) and one TMA reduce-add per step carries both: half ws's reduce traffic
 =============  ====================================================================================
 
 Inside a step every variant issues S^T and dP^T back to back (async) and computes P^T while dP^T
@@ -53,7 +55,7 @@ from benchmarks.gluon.backward_kernels import (  # noqa: E402
     bwd_ws_kernel,
 )
 
-VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic")
+VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum")
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 GLUON_HEAD_DIMS = (64, 128)
 BQ = 64  # query rows per step (one wgmma warpgroup's M for dQ)
@@ -101,7 +103,8 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     atomic = variant.endswith("_atomic")
     if variant.startswith("ws"):
         main = Launch(bwd_ws_kernel, (B, triton.cdiv(NK, 2 * BKW)), common,
-                      dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic, CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4,
+                      dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic, DQ_SUM=variant == "ws_dqsum",
+                           CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4,
                       maxnreg=WS_MAXNREG)
     else:
         main = Launch(bwd_plain_kernel, (B, triton.cdiv(NK, BKW)), common, dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic),

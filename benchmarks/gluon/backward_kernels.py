@@ -273,7 +273,9 @@ def bwd_plain_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dq32_ptr, l2_ptr,
 #   empty[s]  count 2: each consumer arrives once per step, after warpgroup_mma_wait(0) (its
 #             last wgmma reading slot s has completed); the loader waits phase ((i // 2) & 1) ^ 1
 #             before refilling slot s for step i (a fresh barrier passes parity 1 at once).
-# Each consumer owns its ds_smem and dq_smem; nothing else is shared between the consumers.
+#   DQ_SUM only: dq_bars[0] "full", dq_bars[1] "free", count 1 each (see ``_sum_dq``).
+# Each consumer owns its ds_smem; each its dq staging tile, except that with DQ_SUM consumer 1
+# hands its dQ partial to consumer 0 through its tile.
 
 
 @gluon.jit
@@ -297,10 +299,33 @@ def _ws_loader(q_desc, k_desc, v_desc, do_desc, k_smems, v_smems, q_ring, do_rin
 
 
 @gluon.jit
-def _ws_consumer(k_smem, v_smem, q_ring, do_ring, ds_smem, dq_smem, kv_bar, ready, empty, dq_desc, dq32_ptr,
+def _sum_dq(dq, dq_pair, dq_bars, i, ROLE: gl.constexpr, dq_desc, row):
+    """DQ_SUM: consumer 1 hands its dQ partial to consumer 0 through dq_pair[1]; consumer 0 adds it to
+    its own and issues the one TMA reduce-add of the pair (half the reduce traffic of one per consumer).
+
+    dq_bars[0] "full" (count 1): consumer 1 arrives after storing step i's partial; consumer 0 waits
+    parity i & 1. dq_bars[1] "free" (count 1): consumer 0 arrives once it has loaded the partial;
+    consumer 1 waits parity (i & 1) ^ 1 before overwriting it (a fresh barrier passes step 0)."""
+    if ROLE == 1:
+        mbarrier.wait(dq_bars.index(1), (i & 1) ^ 1)
+        dq_pair[1].store(dq)
+        mbarrier.arrive(dq_bars.index(0), count=1)
+    else:
+        mbarrier.wait(dq_bars.index(0), i & 1)
+        dq = dq + dq_pair[1].load(dq.type.layout)
+        mbarrier.arrive(dq_bars.index(1), count=1)
+        tma.store_wait(pendings=0)  # the last reduce has read dq_pair[0]
+        dq_pair[0].store(dq)
+        fence_async_shared()
+        tma_reduce_add(dq_desc, [row, 0], dq_pair[0])
+
+
+@gluon.jit
+def _ws_consumer(k_smem, v_smem, q_ring, do_ring, ds_smem, dq_pair, dq_bars, kv_bar, ready, empty, dq_desc, dq32_ptr,
                  l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, kw0, q_start, n_steps, NQ, NK, qk_scale_log2,
-                 scale, IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr):
-    """Consumer partition (one warpgroup): dK, dV of keys [kw0, kw0 + 64); its dQ shares reduce-added."""
+                 scale, IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SUM: gl.constexpr, ROLE: gl.constexpr):
+    """Consumer partition ROLE (one warpgroup): dK, dV of keys [kw0, kw0 + 64); its dQ shares added by
+    ``_add_dq`` from dq_pair[ROLE], or (DQ_SUM) summed with the other consumer's by ``_sum_dq``."""
     BKW: gl.constexpr = k_smem.type.shape[0]
     D: gl.constexpr = k_smem.type.shape[1]
     BQ: gl.constexpr = q_ring.type.shape[1]
@@ -317,7 +342,10 @@ def _ws_consumer(k_smem, v_smem, q_ring, do_ring, ds_smem, dq_smem, kv_bar, read
         dk, dv, dq = _pair_products(k_smem, v_smem, q_ring.index(slot), do_ring.index(slot), ds_smem, l2, delta, dk,
                                     dv, kw0, q0, NQ, NK, qk_scale_log2, IS_CAUSAL)
         mbarrier.arrive(empty.index(slot), count=1)  # every wgmma reading the slot has completed
-        _add_dq(dq, dq_smem, dq_desc, dq32_ptr, row0q, q0, NQ, DQ_ATOMIC)
+        if DQ_SUM:
+            _sum_dq(dq, dq_pair, dq_bars, i, ROLE, dq_desc, row0q + q0)
+        else:
+            _add_dq(dq, dq_pair[ROLE], dq_desc, dq32_ptr, row0q, q0, NQ, DQ_ATOMIC)
     tma.store_wait(pendings=0)
     _store_rows(dk * scale, dk_ptr, row0k, kw0, NK, D)
     _store_rows(dv, dv_ptr, row0k, kw0, NK, D)
@@ -325,7 +353,7 @@ def _ws_consumer(k_smem, v_smem, q_ring, do_ring, ds_smem, dq_smem, kv_bar, read
 
 @gluon.jit
 def bwd_ws_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dq32_ptr, l2_ptr, delta_ptr, dk_ptr, dv_ptr, NQ, NK,
-                  qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr,
+                  qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SUM: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr):
     """As ``bwd_plain_kernel`` for a key tile of 2 * BKW keys (BKW = k_desc's block rows): grid
     (B, cdiv(NK, 2 * BKW)); default partition = consumer of keys [k0, k0 + BKW), a 4-warp worker =
@@ -353,10 +381,12 @@ def bwd_ws_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dq32_ptr, l2_ptr, de
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # DQ_SUM: full, free
     mbarrier.init(kv_bar, count=1)
     for s in gl.static_range(2):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # two consumers release each slot
+        mbarrier.init(dq_bars.index(s), count=1)
 
     if IS_CAUSAL:
         q_start = (k0 // BQ) * BQ
@@ -364,12 +394,12 @@ def bwd_ws_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dq32_ptr, l2_ptr, de
         q_start = 0
     n_steps = gl.cdiv(NQ - q_start, BQ)
     gl.warp_specialize([
-        (_ws_consumer, (k0_smem, v0_smem, q_ring, do_ring, ds0_smem, dq0_smem, kv_bar, ready, empty, dq_desc, dq32_ptr,
-                        l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0, q_start, n_steps, NQ, NK, qk_scale_log2,
-                        scale, IS_CAUSAL, DQ_ATOMIC)),
+        (_ws_consumer, (k0_smem, v0_smem, q_ring, do_ring, ds0_smem, (dq0_smem, dq1_smem), dq_bars, kv_bar, ready,
+                        empty, dq_desc, dq32_ptr, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0, q_start, n_steps,
+                        NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_ATOMIC, DQ_SUM, 0)),
         (_ws_loader, (q_desc, k_desc, v_desc, do_desc, (k0_smem, k1_smem), (v0_smem, v1_smem), q_ring, do_ring, kv_bar,
                       ready, empty, row0q, row0k, k0, q_start, n_steps)),
-        (_ws_consumer, (k1_smem, v1_smem, q_ring, do_ring, ds1_smem, dq1_smem, kv_bar, ready, empty, dq_desc, dq32_ptr,
-                        l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0 + BKW, q_start, n_steps, NQ, NK,
-                        qk_scale_log2, scale, IS_CAUSAL, DQ_ATOMIC)),
+        (_ws_consumer, (k1_smem, v1_smem, q_ring, do_ring, ds1_smem, (dq0_smem, dq1_smem), dq_bars, kv_bar, ready,
+                        empty, dq_desc, dq32_ptr, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0 + BKW, q_start,
+                        n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_ATOMIC, DQ_SUM, 1)),
     ], [1, 4], [24, CONSUMER_REGS])
