@@ -72,7 +72,8 @@ def grads(fn, q, k, v, do, is_causal: bool):
 
 def judge(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> tuple[bool, str]:
     """(passes, "max abs error / norm-relative error") against the tests' tolerance for ``what``."""
-    tol = TOLERANCES[dtype][what]
+    # The tests grade float32 and bfloat16; a float16 case is held to bfloat16's bounds (the looser ones).
+    tol = TOLERANCES.get(dtype, TOLERANCES[torch.bfloat16])[what]
     a, e = actual.double(), expected.double()
     err = (a - e).abs()
     rel = ((a - e).norm() / e.norm().clamp_min(1e-300)).item()
@@ -113,7 +114,10 @@ def check(variant: str) -> int:
             mine = grads(staff, q, k, v, do, is_causal)
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001  a compile or launch error: report it, stop
-            print(f"ERROR {case}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)
+            import traceback
+
+            where = "".join(traceback.format_tb(exc.__traceback__)[-3:])
+            print(f"ERROR {case}: {type(exc).__name__}: {str(exc)[:2000]}\n{where}", flush=True)
             return 1
         ref = grads(FlashAttentionTriton.apply, q, k, v, do, is_causal)
         parts, ok_all = [], True
@@ -121,7 +125,8 @@ def check(variant: str) -> int:
             ok, text = judge(a, e, dtype, what)
             _, ref_text = judge(r, e, dtype, what)
             ok_all &= ok
-            parts.append(f"{what} {text} (ref {ref_text}){'' if ok else ' FAIL'}")
+            differ = int((a != r).sum())  # a Gluon result differs from the reference's in a few last bits
+            parts.append(f"{what} {text} (ref {ref_text}, {differ}/{a.numel()} differ){'' if ok else ' FAIL'}")
         failures += not ok_all
         print(f"{'PASS' if ok_all else 'FAIL'}  {case}  " + "  ".join(parts), flush=True)
     print(f"check {variant}: {'all cases PASS' if not failures else f'{failures} case(s) FAIL'} "
