@@ -8,6 +8,9 @@ Staff tool, run on a CUDA GPU from the repo root under ncu (leave the clocks alo
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SchedulerStats \\
         python3 benchmarks/ncu_profile.py
 
+``--staff VARIANT`` adds the staff Gluon backward of ``benchmarks/gluon/backward.py`` (the reference's
+forward, that variant's backward; sm_90 only); widen the kernel regex with ``|bwd_`` to see its kernels.
+
 Each implementation runs twice, one after the other: the first call compiles (Triton) or plans
 (cuDNN), the second is the one to read (ncu lists each kernel of both). The kernels are chosen
 by name, not by an NVTX range: autograd runs the backward on a thread of its own, outside a
@@ -47,15 +50,28 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=16384)
     parser.add_argument("--d", type=int, default=64)
+    parser.add_argument("--staff", metavar="VARIANT", help="also profile this Gluon backward variant")
     args = parser.parse_args()
     shape = (args.batch, args.seq, args.d)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     do = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    for step in (_reference, _cudnn):
+    steps = [_reference, _cudnn]
+    if args.staff:
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.gluon.backward import make_function
+
+        staff = make_function(args.staff)
+
+        def _staff(q, k, v, do):
+            staff(q, k, v, True).backward(do)
+
+        steps.append(_staff)
+    for step in steps:
         for _ in range(2):
             step(q, k, v, do)
             torch.cuda.synchronize()
-    print(f"profiled one forward + backward of the reference and of SDPA cuDNN at {shape}, bfloat16, causal")
+    staff = f" and of the Gluon backward {args.staff!r}" if args.staff else ""
+    print(f"profiled one forward + backward of the reference, of SDPA cuDNN{staff} at {shape}, bfloat16, causal")
 
 
 if __name__ == "__main__":
