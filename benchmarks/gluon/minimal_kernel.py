@@ -94,7 +94,7 @@ class Piece:
 
 
 def _nvmma(block: list[int], dtype: torch.dtype) -> gl.NVMMASharedLayout:
-    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
     return gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
 
 
