@@ -54,8 +54,16 @@ from benchmarks.gluon.backward_kernels import (  # noqa: E402
     bwd_prepass_kernel,
     bwd_ws_kernel,
 )
+from benchmarks.gluon.backward_kernels_ws2 import bwd_ws2_kernel  # noqa: E402
 
-VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum")
+# ws2 variants (backward_kernels_ws2.py): name -> (DQ_ALT, SLOTS, GROUP); all pipelined across query steps
+WS2_VARIANTS = {
+    "ws2_pipe": (False, 3, 0),  # ws_dqsum's dQ hand-over + pipelining + 3-slot ring
+    "ws2_pipe_l2": (False, 3, 2),  # ... + L2-friendly launch order (2 batch elements at a time)
+    "ws2_alt": (True, 3, 0),  # alternating dQ owner (no hand-over) + pipelining + 3 slots
+    "ws2_alt_l2": (True, 3, 2),  # ... + L2-friendly launch order
+}
+VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS)
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 GLUON_HEAD_DIMS = (64, 128)
 BQ = 64  # query rows per step (one wgmma warpgroup's M for dQ)
@@ -101,7 +109,14 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     descs = (_desc(q, [BQ, D]), _desc(k, [BKW, D]), _desc(v, [BKW, D]), _desc(do, [BQ, D]), _desc(dq32, [BQ, D]))
     common = descs + (dq32, l2, delta, dk, dv, NQ, NK, scale * 1.4426950408889634, scale)
     atomic = variant.endswith("_atomic")
-    if variant.startswith("ws"):
+    if variant in WS2_VARIANTS:
+        dq_alt, slots, group = WS2_VARIANTS[variant]
+        tiles = triton.cdiv(NK, 2 * BKW)
+        grid = (B * tiles, ) if group else (B, tiles)
+        main = Launch(bwd_ws2_kernel, grid, descs + (l2, delta, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
+                      dict(IS_CAUSAL=is_causal, DQ_ALT=dq_alt, SLOTS=slots, GROUP=group,
+                           CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4, maxnreg=WS_MAXNREG)
+    elif variant.startswith("ws"):
         main = Launch(bwd_ws_kernel, (B, triton.cdiv(NK, 2 * BKW)), common,
                       dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic, DQ_SUM=variant == "ws_dqsum",
                            CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4,
@@ -232,7 +247,8 @@ def offline_report(variant: str, d: int, is_causal: bool, dtype=torch.bfloat16) 
                                            "setmaxnreg", "fence.proxy.async", "bar.sync", "atom.global",
                                            "red.global") if m in ptx}
         regs = " ".join(sorted({f"{kind}:{n}" for kind, n in re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx)}))
-        serial = " C7515(wgmma serialised)" if "C7515" in info else ""
+        # ptxas C7510-C7515: "wgmma.mma_async instructions are serialized due to ..." (a big slowdown)
+        serial = "".join(f" {code}(wgmma serialised)" for code in sorted(set(re.findall(r"\((C751\d)\)", info))))
         lines.append(f"COMPILED {variant:<13} d={d:<3} causal={int(is_causal)} {name}: "
                      f"{used.group(1) if used else '?'} regs, spill {spill.group(1) if spill else '?'}/"
                      f"{spill.group(2) if spill else '?'} B{serial}; smem {smem // 1024} KB; setmaxnreg [{regs}]; PTX "

@@ -1,0 +1,255 @@
+"""Second-generation warp-specialised Gluon backward kernel for sm_90 (issue 42): ``bwd_ws2_kernel``.
+
+Same contract and notation as ``backward_kernels.py`` (module docstring there: 2-D views, keys as
+rows, ragged n, dK/dQ scaled at the end), same partitions as ``bwd_ws_kernel`` (a 1-warp TMA
+loader, consumer warpgroups 0 and 1 owning keys [k0, k0 + 64) and [k0 + 64, k0 + 128) of a
+128-key tile, query step 64). What is new, each a constexpr so that variants isolate one lever:
+
+* **Software pipelining across query steps** (always on): a consumer issues step i + 1's S^T
+  wgmma *before* it waits for step i's dV, dK, dQ products and runs step i's dQ epilogue, so the
+  tensor cores have queued work while the dQ hand-over / staging store / TMA reduce run.
+  ``warpgroup_mma_wait(num_outstanding=1)`` completes everything but S^T_{i+1} (commit groups
+  complete in order). dP^T_{i+1} is issued at the top of step i + 1, right after S^T_{i+1}'s
+  wait(0), and runs while P^T is exponentiated. Only S^T crosses the loop's back edge, and it is
+  read only after a wait(0): with S^T *and* dP^T in flight across the back edge and a wait(1),
+  ptxas 3.6 cannot prove the registers complete and serialises every wgmma (C7514); L2/Delta
+  prefetched one step ahead cost 32 registers and spilled (non-causal), so they load at the top.
+* ``SLOTS``: depth of the Q/dO ring (2 or 3); with pipelining a consumer waits for step i + 1's
+  slot in the middle of step i, so a third slot keeps the loader a step further ahead.
+* ``DQ_ALT`` False: dQ as ws_dqsum (consumer 1 hands its [64, d] partial to consumer 0 through
+  shared memory, one TMA reduce-add per step). True: **alternating dQ owner**: at step i consumer
+  i % 2 computes the whole step's dQ_i = dS_0 K_0 + dS_1 K_1 (two chained wgmmas, K-dim 128,
+  the other consumer's dS^T read from *its* shared buffer) and issues the one reduce-add; the
+  other consumer does no dQ work that step. Same reduce traffic as ws_dqsum, but no 16 KB
+  register->smem->register hand-over and no add; the dQ work alternates, so neither consumer
+  waits on the other's dQ epilogue, and the two drift half a step apart (one exponentiates while
+  the other's wgmmas run).
+* ``GROUP``: launch order. 0: grid (B, key tiles), batch fastest (as bwd_ws_kernel). G > 0: a
+  1-D grid; CTAs walk G batch elements at a time, key tile outer, batch inner. All key tiles of
+  G batch elements then run at once, so the CTAs that read Q_i/dO_i and reduce into dQ_i of the
+  same rows do so a few steps apart and hit L2 (Q, dO, dQ32 are 67 MB each at the shape of
+  record; L2 is 50 MB). A greedy-schedule model (README) gives the same makespan as batch-fastest.
+
+Barrier protocol (shared memory, initialised before gl.warp_specialize; "parity p" = mbarrier.wait
+phase argument):
+
+=============  =====  ==========================================  =========================================
+barrier        count  arrives                                     waits
+=============  =====  ==========================================  =========================================
+kv_bar         1      loader's expect (K, V of both halves)       both consumers, parity 0, once
+ready[s]       1      loader's expect, Q_i/dO_i into s = i % S    consumers, parity (i // S) & 1; step i's
+                                                                  wait happens during step i - 1
+empty[s]       2      each consumer once per step, after the      loader, parity ((i // S) & 1) ^ 1 before
+                      wait that completes dV_i, dK_i (and dQ_i)   refilling s for step i
+dq_bars[0/1]   1      (not DQ_ALT) full / free of the hand-over   as ``backward_kernels._sum_dq``
+ds_full[c]     1      (DQ_ALT) consumer c after storing dS^T_i    owner 1 - c at step i, parity (i // 2) & 1
+                      and fence, on steps it does not own
+ds_free[c]     1      (DQ_ALT) owner 1 - c after its dQ_i wgmmas  consumer c before rewriting that buffer
+                      completed                                   (step i + 2), parity ((i // 2) & 1) ^ 1
+=============  =====  ==========================================  =========================================
+
+dS^T buffers: consumer c writes step i's dS^T into ds_c[i % 2]. With DQ_ALT the buffer of a step
+consumer c does not own is read by the other consumer's wgmma, hence ds_free; the buffer of a step
+it owns is read only by its own wgmma, completed before step i + 2 rewrites it. Deadlock freedom:
+every wait is on an event of the same or an earlier step that its producer reaches without waiting
+on the waiter's later events (empty(i - 1) precedes ready(i + 1); ds_full(i) needs only ready(i) and
+ds_free(i - 2)).
+
+Prologue/epilogue of the pipeline: step 0's S^T is issued before the loop and, on the last step,
+a "next" S^T is issued on a slot that will not be refilled (its ready wait is predicated off; the
+result is discarded and drained by a final wait(0)). With n_steps <= 0 (causal, a key tile past
+NQ) only that product runs, on stale shared memory, and nothing is stored but zero dK/dV rows.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from benchmarks.gluon.backward_kernels import _row_stats, _store_rows, _sum_dq, _visible
+from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
+
+
+@gluon.jit
+def _tile_of(pid, B, NT, GROUP: gl.constexpr):
+    """(batch element, key tile) of CTA ``pid`` in the grouped order: groups of GROUP batch elements
+    (the last may be smaller), key tile outer, batch element inner within a group."""
+    base = (pid // (GROUP * NT)) * GROUP
+    size = gl.minimum(B - base, GROUP)
+    within = pid - base * NT
+    return base + within % size, within // size
+
+
+@gluon.jit
+def _ws2_loader(q_desc, k_desc, v_desc, do_desc, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, kv_bar,
+                ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS: gl.constexpr):
+    """Producer partition (1 warp): K, V of the key tile once, then Q_i, dO_i into slot i % SLOTS."""
+    BQ: gl.constexpr = q_desc.block_type.shape[0]
+    BKW: gl.constexpr = k_desc.block_type.shape[0]
+    mbarrier.expect(kv_bar, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+    tma.async_copy_global_to_shared(k_desc, [row0k + k0, 0], kv_bar, k0_smem)
+    tma.async_copy_global_to_shared(v_desc, [row0k + k0, 0], kv_bar, v0_smem)
+    tma.async_copy_global_to_shared(k_desc, [row0k + k0 + BKW, 0], kv_bar, k1_smem)
+    tma.async_copy_global_to_shared(v_desc, [row0k + k0 + BKW, 0], kv_bar, v1_smem)
+    nbytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    for i in range(n_steps):
+        slot = i % SLOTS
+        mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row0q + q_start + i * BQ, 0], bar, q_ring.index(slot))
+        tma.async_copy_global_to_shared(do_desc, [row0q + q_start + i * BQ, 0], bar, do_ring.index(slot))
+
+
+@gluon.jit
+def _ws2_consumer(k_own, k_other, v_smem, q_ring, do_ring, ds_own, ds_other, dq_pair, kv_bar, ready, empty, dq_bars,
+                  ds_full, ds_free, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, kw0, q_start, n_steps,
+                  NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_ALT: gl.constexpr, SLOTS: gl.constexpr,
+                  ROLE: gl.constexpr):
+    """Consumer ROLE (one warpgroup): dK, dV of keys [kw0, kw0 + 64), pipelined over query steps (module
+    docstring). ds_own / ds_other: [2, 64, BQ] dS^T buffers of this and the other consumer."""
+    BKW: gl.constexpr = k_own.type.shape[0]
+    D: gl.constexpr = k_own.type.shape[1]
+    BQ: gl.constexpr = q_ring.type.shape[1]
+    kd_layout: gl.constexpr = wgmma_layout(BKW, D, gl.num_warps())
+    s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
+    dq_layout: gl.constexpr = wgmma_layout(BQ, D, gl.num_warps())
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kd_layout, k_width=2)
+    dtype: gl.constexpr = q_ring.dtype
+    dk = gl.zeros([BKW, D], gl.float32, kd_layout)
+    dv = gl.zeros([BKW, D], gl.float32, kd_layout)
+    zero_s = gl.zeros([BKW, BQ], gl.float32, s_layout)
+    zero_dq = gl.zeros([BQ, D], gl.float32, dq_layout)
+
+    # -- pipeline prologue: step 0's S^T --
+    mbarrier.wait(kv_bar, phase=0)
+    mbarrier.wait(ready.index(0), 0, pred=n_steps > 0)
+    s_t = warpgroup_mma(k_own, q_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    for i in range(n_steps):
+        q0 = q_start + i * BQ
+        slot = i % SLOTS
+        q_tile = q_ring.index(slot)
+        do_tile = do_ring.index(slot)
+        ds_buf = ds_own.index(i % 2)
+        l2, delta = _row_stats(l2_ptr, delta_ptr, row0q, q0, NQ, BQ, s_layout)  # in flight with S^T
+        owner = (i % 2) == ROLE  # DQ_ALT: this consumer computes and reduces step i's dQ
+        not_owner = (i % 2) != ROLE
+        # -- S^T (issued during the previous step) done; P^T while dP^T runs --
+        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
+        dp_t = warpgroup_mma(v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        p_t = gl.exp2(s_t * qk_scale_log2 - l2)
+        ragged = (q0 + BQ > NQ) | (kw0 + BKW > NK)
+        if IS_CAUSAL:
+            ragged = ragged | (q0 < kw0 + BKW)
+        if ragged:
+            p_t = _visible(p_t, kw0, q0, NQ, NK, IS_CAUSAL)
+        p_a = gl.convert_layout(p_t.to(dtype), a_layout)
+        dv = warpgroup_mma(p_a, do_tile, dv, is_async=True)  # product 3
+        dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
+        ds_t = (p_t * (dp_t - delta)).to(dtype)
+        if DQ_ALT:  # the other consumer's dQ wgmma of step i - 2 read this buffer
+            mbarrier.wait(ds_free.index(ROLE), ((i // 2) & 1) ^ 1, pred=not_owner)
+        ds_buf.store(ds_t)
+        ds_a = gl.convert_layout(ds_t, a_layout)
+        dk = warpgroup_mma(ds_a, q_tile, dk, is_async=True)  # product 4
+        fence_async_shared()  # dS^T: generic-proxy stores, then wgmma (async proxy) reads, here and in the other consumer
+        if DQ_ALT:
+            mbarrier.arrive(ds_full.index(ROLE), pred=not_owner)
+            dq = zero_dq
+            if owner:  # product 5 over all 128 keys: own dS^T K_own + other's dS^T K_other
+                mbarrier.wait(ds_full.index(1 - ROLE), (i // 2) & 1)
+                dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, zero_dq, use_acc=False, is_async=True)
+                dq = warpgroup_mma(ds_other.index(i % 2).permute((1, 0)), k_other, dq, is_async=True)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))  # also completes dV, dK
+                mbarrier.arrive(ds_free.index(1 - ROLE))
+        else:
+            dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, zero_dq, use_acc=False, is_async=True)  # product 5
+        # -- next step's S^T, in flight during this step's dQ epilogue --
+        nxt = (i + 1) % SLOTS
+        mbarrier.wait(ready.index(nxt), ((i + 1) // SLOTS) & 1, pred=i + 1 < n_steps)
+        s_t = warpgroup_mma(k_own, q_ring.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        dv, dk, dq, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, dq, p_a, ds_a))
+        mbarrier.arrive(empty.index(slot), count=1)  # step i's wgmmas that read the slot have completed
+        if DQ_ALT:
+            if owner:
+                tma.store_wait(pendings=0)  # the reduce of step i - 2 has read the staging tile
+                dq_pair[ROLE].store(dq)
+                fence_async_shared()
+                tma_reduce_add(dq_desc, [row0q + q0, 0], dq_pair[ROLE])
+        else:
+            _sum_dq(dq, dq_pair, dq_bars, i, ROLE, dq_desc, row0q + q0)
+    s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))  # the discarded last S^T
+    tma.store_wait(pendings=0)
+    _store_rows(dk * scale, dk_ptr, row0k, kw0, NK, D)
+    _store_rows(dv, dv_ptr, row0k, kw0, NK, D)
+
+
+@gluon.jit
+def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B, NQ, NK,
+                   qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_ALT: gl.constexpr, SLOTS: gl.constexpr,
+                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """dK, dV of one 128-key tile (2 * BKW, BKW = k_desc's block rows) of one batch element; dQ shares
+    reduce-added into dq_desc's fp32 buffer. Grid: GROUP == 0: (B, cdiv(NK, 2 * BKW)); GROUP > 0:
+    (B * cdiv(NK, 2 * BKW), ), order of ``_tile_of``. Launch with num_warps=4 and maxnreg 168."""
+    BQ: gl.constexpr = q_desc.block_type.shape[0]
+    BKW: gl.constexpr = k_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    if GROUP > 0:
+        b, t = _tile_of(gl.program_id(0), B, gl.cdiv(NK, 2 * BKW), GROUP)
+    else:
+        b = gl.program_id(0)
+        t = gl.program_id(1)
+    k0 = t * (2 * BKW)
+    row0q = b * NQ
+    row0k = b * NK
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BKW, BQ], dtype)
+
+    k0_smem = gl.allocate_shared_memory(dtype, [BKW, D], k_desc.layout)
+    k1_smem = gl.allocate_shared_memory(dtype, [BKW, D], k_desc.layout)
+    v0_smem = gl.allocate_shared_memory(dtype, [BKW, D], v_desc.layout)
+    v1_smem = gl.allocate_shared_memory(dtype, [BKW, D], v_desc.layout)
+    q_ring = gl.allocate_shared_memory(dtype, [SLOTS, BQ, D], q_desc.layout)
+    do_ring = gl.allocate_shared_memory(dtype, [SLOTS, BQ, D], do_desc.layout)
+    ds0 = gl.allocate_shared_memory(dtype, [2, BKW, BQ], ds_layout)
+    ds1 = gl.allocate_shared_memory(dtype, [2, BKW, BQ], ds_layout)
+    dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
+    dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # not DQ_ALT: full, free
+    ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # DQ_ALT: per consumer
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for s in gl.static_range(SLOTS):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)  # two consumers release each slot
+    for c in gl.static_range(2):
+        mbarrier.init(dq_bars.index(c), count=1)
+        mbarrier.init(ds_full.index(c), count=1)
+        mbarrier.init(ds_free.index(c), count=1)
+
+    if IS_CAUSAL:
+        q_start = (k0 // BQ) * BQ
+    else:
+        q_start = 0
+    n_steps = gl.cdiv(NQ - q_start, BQ)
+    gl.warp_specialize([
+        (_ws2_consumer, (k0_smem, k1_smem, v0_smem, q_ring, do_ring, ds0, ds1, (dq0_smem, dq1_smem), kv_bar, ready,
+                         empty, dq_bars, ds_full, ds_free, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k,
+                         k0, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_ALT, SLOTS, 0)),
+        (_ws2_loader, (q_desc, k_desc, v_desc, do_desc, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, kv_bar,
+                       ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS)),
+        (_ws2_consumer, (k1_smem, k0_smem, v1_smem, q_ring, do_ring, ds1, ds0, (dq0_smem, dq1_smem), kv_bar, ready,
+                         empty, dq_bars, ds_full, ds_free, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr,
+                         row0q, row0k, k0 + BKW, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_ALT,
+                         SLOTS, 1)),
+    ], [1, 4], [24, CONSUMER_REGS])
