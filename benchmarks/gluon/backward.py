@@ -56,14 +56,19 @@ from benchmarks.gluon.backward_kernels import (  # noqa: E402
 )
 from benchmarks.gluon.backward_kernels_ws2 import bwd_ws2_kernel  # noqa: E402
 
-# ws2 variants (backward_kernels_ws2.py): name -> (DQ_ALT, SLOTS, GROUP); all pipelined across query steps
+# ws2 variants (backward_kernels_ws2.py): name -> (DQ_MODE, SLOTS, GROUP); all pipelined across query steps.
+# DQ_MODE 0: ws_dqsum's hand-over, 1: alternating dQ owner, 2: dQ columns split between the consumers.
+# GROUP 2: L2-friendly launch order (two batch elements' key tiles at a time); 0: ws_dqsum's order.
 WS2_VARIANTS = {
-    "ws2_pipe": (False, 3, 0),  # ws_dqsum's dQ hand-over + pipelining + 3-slot ring
-    "ws2_pipe_l2": (False, 3, 2),  # ... + L2-friendly launch order (2 batch elements at a time)
-    "ws2_alt": (True, 3, 0),  # alternating dQ owner (no hand-over) + pipelining + 3 slots
-    "ws2_alt_l2": (True, 3, 2),  # ... + L2-friendly launch order
+    "ws2_pipe": (0, 3, 0),  # ws_dqsum + pipelining (S^T of step i + 1 during step i's dQ) + 3-slot ring
+    "ws2_pipe_l2": (0, 3, 2),  # ... + L2-friendly launch order
+    "ws2_alt": (1, 3, 0),  # alternating dQ owner, no hand-over
+    "ws2_alt_l2": (1, 3, 2),
+    "ws2_split": (2, 3, 0),  # each consumer dQ's 32 columns over all 128 keys, two [64, 32] reduces
+    "ws2_split_l2": (2, 3, 2),
 }
 VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS)
+WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 GLUON_HEAD_DIMS = (64, 128)
 BQ = 64  # query rows per step (one wgmma warpgroup's M for dQ)
@@ -109,12 +114,17 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     descs = (_desc(q, [BQ, D]), _desc(k, [BKW, D]), _desc(v, [BKW, D]), _desc(do, [BQ, D]), _desc(dq32, [BQ, D]))
     common = descs + (dq32, l2, delta, dk, dv, NQ, NK, scale * 1.4426950408889634, scale)
     atomic = variant.endswith("_atomic")
+    if variant in WS2_VARIANTS and D != WS2_HEAD_DIM:
+        variant = "ws_dqsum"  # d = 128: 3 slots + 4 dS^T buffers exceed shared memory (256 KB); ws_dqsum's kernel
     if variant in WS2_VARIANTS:
-        dq_alt, slots, group = WS2_VARIANTS[variant]
+        dq_mode, slots, group = WS2_VARIANTS[variant]
         tiles = triton.cdiv(NK, 2 * BKW)
-        grid = (B * tiles, ) if group else (B, tiles)
-        main = Launch(bwd_ws2_kernel, grid, descs + (l2, delta, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
-                      dict(IS_CAUSAL=is_causal, DQ_ALT=dq_alt, SLOTS=slots, GROUP=group,
+        group = group if group and B % group == 0 else (1 if group else 0)  # GROUP must divide B
+        grid = (group, tiles, B // group) if group else (B, tiles)
+        halves = (_desc(k, [BKW, D // 2]), _desc(dq32, [BQ, D // 2]))  # mode 2: K's column halves, dQ halves
+        main = Launch(bwd_ws2_kernel, grid,
+                      descs + halves + (l2, delta, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
+                      dict(IS_CAUSAL=is_causal, DQ_MODE=dq_mode, SLOTS=slots, GROUP=group,
                            CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4, maxnreg=WS_MAXNREG)
     elif variant.startswith("ws"):
         main = Launch(bwd_ws_kernel, (B, triton.cdiv(NK, 2 * BKW)), common,

@@ -3,7 +3,9 @@
 Same contract and notation as ``backward_kernels.py`` (module docstring there: 2-D views, keys as
 rows, ragged n, dK/dQ scaled at the end), same partitions as ``bwd_ws_kernel`` (a 1-warp TMA
 loader, consumer warpgroups 0 and 1 owning keys [k0, k0 + 64) and [k0 + 64, k0 + 128) of a
-128-key tile, query step 64). What is new, each a constexpr so that variants isolate one lever:
+128-key tile, query step 64). d = 64 only (``backward.py`` runs ws_dqsum's kernel for d = 128:
+three slots and four dS^T buffers would need 256 KB of shared memory). What is new, each a
+constexpr so that variants isolate one lever:
 
 * **Software pipelining across query steps** (always on): a consumer issues step i + 1's S^T
   wgmma *before* it waits for step i's dV, dK, dQ products and runs step i's dQ epilogue, so the
@@ -16,44 +18,51 @@ loader, consumer warpgroups 0 and 1 owning keys [k0, k0 + 64) and [k0 + 64, k0 +
   prefetched one step ahead cost 32 registers and spilled (non-causal), so they load at the top.
 * ``SLOTS``: depth of the Q/dO ring (2 or 3); with pipelining a consumer waits for step i + 1's
   slot in the middle of step i, so a third slot keeps the loader a step further ahead.
-* ``DQ_ALT`` False: dQ as ws_dqsum (consumer 1 hands its [64, d] partial to consumer 0 through
-  shared memory, one TMA reduce-add per step). True: **alternating dQ owner**: at step i consumer
-  i % 2 computes the whole step's dQ_i = dS_0 K_0 + dS_1 K_1 (two chained wgmmas, K-dim 128,
-  the other consumer's dS^T read from *its* shared buffer) and issues the one reduce-add; the
-  other consumer does no dQ work that step. Same reduce traffic as ws_dqsum, but no 16 KB
-  register->smem->register hand-over and no add; the dQ work alternates, so neither consumer
-  waits on the other's dQ epilogue, and the two drift half a step apart (one exponentiates while
-  the other's wgmmas run).
-* ``GROUP``: launch order. 0: grid (B, key tiles), batch fastest (as bwd_ws_kernel). G > 0: a
-  1-D grid; CTAs walk G batch elements at a time, key tile outer, batch inner. All key tiles of
+* ``DQ_MODE`` (how the two consumers' dQ shares of a step, over 64 keys each, become one
+  reduce-add of the step's [64, d] dQ over 128 keys; all three have ws_dqsum's reduce traffic):
+  0: **hand-over** as ws_dqsum (consumer 1 stores its fp32 partial, consumer 0 loads and adds it).
+  1: **alternating owner**: at step i consumer i % 2 computes the whole dQ_i = dS_0 K_0 + dS_1 K_1
+  (two chained wgmmas, the other consumer's dS^T read from *its* shared buffer) and issues the
+  reduce; the other does no dQ work that step. No 16 KB register->smem->register hand-over and no
+  add; the consumers drift half a step apart (one exponentiates while the other's wgmmas run).
+  2: **column split** (FlashAttention-3's): every step consumer c computes dQ_i[:, 32c : 32c + 32]
+  over all 128 keys (two chained m64n32 wgmmas: own dS^T with K_own[:, cols], the other's dS^T
+  with K_other[:, cols]; the column halves of K are loaded a second time by TMA as [64, 32] tiles)
+  and reduce-adds its [64, 32] half. Balanced, no branch, no hand-over; each consumer waits for
+  the other's dS^T every step.
+* ``GROUP``: launch order. 0: grid (B, key tiles), batch fastest (as bwd_ws_kernel). G > 0: grid
+  (G, key tiles, B / G); CTAs walk G batch elements at a time, key tile outer, batch inner. All key tiles of
   G batch elements then run at once, so the CTAs that read Q_i/dO_i and reduce into dQ_i of the
   same rows do so a few steps apart and hit L2 (Q, dO, dQ32 are 67 MB each at the shape of
   record; L2 is 50 MB). A greedy-schedule model (README) gives the same makespan as batch-fastest.
 
 Barrier protocol (shared memory, initialised before gl.warp_specialize; "parity p" = mbarrier.wait
-phase argument):
+phase argument; b = i % 2 the dS^T buffer of step i):
 
-=============  =====  ==========================================  =========================================
-barrier        count  arrives                                     waits
-=============  =====  ==========================================  =========================================
-kv_bar         1      loader's expect (K, V of both halves)       both consumers, parity 0, once
-ready[s]       1      loader's expect, Q_i/dO_i into s = i % S    consumers, parity (i // S) & 1; step i's
-                                                                  wait happens during step i - 1
-empty[s]       2      each consumer once per step, after the      loader, parity ((i // S) & 1) ^ 1 before
-                      wait that completes dV_i, dK_i (and dQ_i)   refilling s for step i
-dq_bars[0/1]   1      (not DQ_ALT) full / free of the hand-over   as ``backward_kernels._sum_dq``
-ds_full[c]     1      (DQ_ALT) consumer c after storing dS^T_i    owner 1 - c at step i, parity (i // 2) & 1
-                      and fence, on steps it does not own
-ds_free[c]     1      (DQ_ALT) owner 1 - c after its dQ_i wgmmas  consumer c before rewriting that buffer
-                      completed                                   (step i + 2), parity ((i // 2) & 1) ^ 1
-=============  =====  ==========================================  =========================================
+==============  =====  ==========================================  ========================================
+barrier         count  arrives                                     waits
+==============  =====  ==========================================  ========================================
+kv_bar          1      loader's expect (K, V, and K's column       both consumers, parity 0, once
+                       halves in mode 2)
+ready[s]        1      loader's expect, Q_i/dO_i into s = i % S    consumers, parity (i // S) & 1; step
+                                                                   i's wait happens during step i - 1
+empty[s]        2      each consumer once per step, after the      loader, parity ((i // S) & 1) ^ 1
+                       wait that completes dV_i, dK_i (and dQ_i)   before refilling s for step i
+dq_bars[0/1]    1      (mode 0) full / free of the hand-over       as ``backward_kernels._sum_dq``
+ds_full[2c+b]   1      (modes 1, 2) consumer c after storing and   the other consumer at step i (mode 1:
+                       fencing dS^T_i (mode 1: steps it doesn't    when it owns i), parity (i // 2) & 1
+                       own)
+ds_free[2c+b]   1      (modes 1, 2) the other consumer once its    consumer c before rewriting buffer b
+                       wgmmas reading dS^T_i of c completed        (step i + 2), parity ((i//2) & 1) ^ 1
+==============  =====  ==========================================  ========================================
 
-dS^T buffers: consumer c writes step i's dS^T into ds_c[i % 2]. With DQ_ALT the buffer of a step
-consumer c does not own is read by the other consumer's wgmma, hence ds_free; the buffer of a step
-it owns is read only by its own wgmma, completed before step i + 2 rewrites it. Deadlock freedom:
-every wait is on an event of the same or an earlier step that its producer reaches without waiting
-on the waiter's later events (empty(i - 1) precedes ready(i + 1); ds_full(i) needs only ready(i) and
-ds_free(i - 2)).
+One ds_full/ds_free pair per (consumer, buffer), not per consumer: in mode 2 a consumer may store
+two steps' dS^T before the other waits for the first, and one barrier would then complete two
+phases and alias the parity (a deadlock). Per buffer, the next arrival needs the other's wait of
+this one (through ds_free), so a barrier is never more than one phase ahead of its waiter.
+Deadlock freedom: every wait is on an event of the same or an earlier step that its producer
+reaches without waiting on the waiter's later events (empty(i - 1) precedes ready(i + 1);
+ds_full(i) needs only ready(i) and ds_free(i - 2)).
 
 Prologue/epilogue of the pipeline: step 0's S^T is issued before the loop and, on the last step,
 a "next" S^T is issued on a slot that will not be refilled (its ready wait is predicated off; the
@@ -78,22 +87,22 @@ from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
 
 
 @gluon.jit
-def _tile_of(pid, B, NT, GROUP: gl.constexpr):
-    """(batch element, key tile) of CTA ``pid`` in the grouped order: groups of GROUP batch elements
-    (the last may be smaller), key tile outer, batch element inner within a group."""
-    base = (pid // (GROUP * NT)) * GROUP
-    size = gl.minimum(B - base, GROUP)
-    within = pid - base * NT
-    return base + within % size, within // size
-
-
-@gluon.jit
-def _ws2_loader(q_desc, k_desc, v_desc, do_desc, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, kv_bar,
-                ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS: gl.constexpr):
-    """Producer partition (1 warp): K, V of the key tile once, then Q_i, dO_i into slot i % SLOTS."""
+def _ws2_loader(q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_smem, v1_smem, kh_smem, q_ring,
+                do_ring, kv_bar, ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS: gl.constexpr,
+                DQ_MODE: gl.constexpr):
+    """Producer partition (1 warp): K, V of the key tile (and, mode 2, K's column halves: kh_smem[2 c + h]
+    = columns [32 c, 32 c + 32) of key block h) once, then Q_i, dO_i into slot i % SLOTS."""
     BQ: gl.constexpr = q_desc.block_type.shape[0]
     BKW: gl.constexpr = k_desc.block_type.shape[0]
-    mbarrier.expect(kv_bar, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+    DH: gl.constexpr = kh_desc.block_type.shape[1]
+    kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    if DQ_MODE == 2:
+        mbarrier.expect(kv_bar, kv_bytes + 4 * kh_desc.block_type.nbytes)
+        for c in gl.static_range(2):
+            for h in gl.static_range(2):
+                tma.async_copy_global_to_shared(kh_desc, [row0k + k0 + h * BKW, c * DH], kv_bar, kh_smem.index(2 * c + h))
+    else:
+        mbarrier.expect(kv_bar, kv_bytes)
     tma.async_copy_global_to_shared(k_desc, [row0k + k0, 0], kv_bar, k0_smem)
     tma.async_copy_global_to_shared(v_desc, [row0k + k0, 0], kv_bar, v0_smem)
     tma.async_copy_global_to_shared(k_desc, [row0k + k0 + BKW, 0], kv_bar, k1_smem)
@@ -109,24 +118,28 @@ def _ws2_loader(q_desc, k_desc, v_desc, do_desc, k0_smem, k1_smem, v0_smem, v1_s
 
 
 @gluon.jit
-def _ws2_consumer(k_own, k_other, v_smem, q_ring, do_ring, ds_own, ds_other, dq_pair, kv_bar, ready, empty, dq_bars,
-                  ds_full, ds_free, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, kw0, q_start, n_steps,
-                  NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_ALT: gl.constexpr, SLOTS: gl.constexpr,
-                  ROLE: gl.constexpr):
+def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_pair, dqh_pair, kv_bar, ready,
+                  empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k,
+                  kw0, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr,
+                  DQ_MODE: gl.constexpr, SLOTS: gl.constexpr, ROLE: gl.constexpr):
     """Consumer ROLE (one warpgroup): dK, dV of keys [kw0, kw0 + 64), pipelined over query steps (module
     docstring). ds_own / ds_other: [2, 64, BQ] dS^T buffers of this and the other consumer."""
     BKW: gl.constexpr = k_own.type.shape[0]
     D: gl.constexpr = k_own.type.shape[1]
+    DH: gl.constexpr = kh_smem.type.shape[2]
     BQ: gl.constexpr = q_ring.type.shape[1]
+    OTHER: gl.constexpr = 1 - ROLE
     kd_layout: gl.constexpr = wgmma_layout(BKW, D, gl.num_warps())
     s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
-    dq_layout: gl.constexpr = wgmma_layout(BQ, D, gl.num_warps())
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kd_layout, k_width=2)
     dtype: gl.constexpr = q_ring.dtype
     dk = gl.zeros([BKW, D], gl.float32, kd_layout)
     dv = gl.zeros([BKW, D], gl.float32, kd_layout)
     zero_s = gl.zeros([BKW, BQ], gl.float32, s_layout)
-    zero_dq = gl.zeros([BQ, D], gl.float32, dq_layout)
+    if DQ_MODE == 2:
+        zero_dq = gl.zeros([BQ, DH], gl.float32, wgmma_layout(BQ, DH, gl.num_warps()))
+    else:
+        zero_dq = gl.zeros([BQ, D], gl.float32, wgmma_layout(BQ, D, gl.num_warps()))
 
     # -- pipeline prologue: step 0's S^T --
     mbarrier.wait(kv_bar, phase=0)
@@ -137,10 +150,11 @@ def _ws2_consumer(k_own, k_other, v_smem, q_ring, do_ring, ds_own, ds_other, dq_
         slot = i % SLOTS
         q_tile = q_ring.index(slot)
         do_tile = do_ring.index(slot)
-        ds_buf = ds_own.index(i % 2)
+        buf = i % 2
+        ds_buf = ds_own.index(buf)
         l2, delta = _row_stats(l2_ptr, delta_ptr, row0q, q0, NQ, BQ, s_layout)  # in flight with S^T
-        owner = (i % 2) == ROLE  # DQ_ALT: this consumer computes and reduces step i's dQ
-        not_owner = (i % 2) != ROLE
+        owner = buf == ROLE  # mode 1: this consumer computes and reduces step i's dQ
+        not_owner = buf != ROLE
         # -- S^T (issued during the previous step) done; P^T while dP^T runs --
         s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
         dp_t = warpgroup_mma(v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -154,37 +168,53 @@ def _ws2_consumer(k_own, k_other, v_smem, q_ring, do_ring, ds_own, ds_other, dq_
         dv = warpgroup_mma(p_a, do_tile, dv, is_async=True)  # product 3
         dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
         ds_t = (p_t * (dp_t - delta)).to(dtype)
-        if DQ_ALT:  # the other consumer's dQ wgmma of step i - 2 read this buffer
-            mbarrier.wait(ds_free.index(ROLE), ((i // 2) & 1) ^ 1, pred=not_owner)
+        # the other consumer's wgmmas of step i - 2 read ds_buf (mode 1: only on steps it owns)
+        if DQ_MODE == 1:
+            mbarrier.wait(ds_free.index(2 * ROLE + buf), ((i // 2) & 1) ^ 1, pred=not_owner)
+        if DQ_MODE == 2:
+            mbarrier.wait(ds_free.index(2 * ROLE + buf), ((i // 2) & 1) ^ 1)
         ds_buf.store(ds_t)
         ds_a = gl.convert_layout(ds_t, a_layout)
         dk = warpgroup_mma(ds_a, q_tile, dk, is_async=True)  # product 4
         fence_async_shared()  # dS^T: generic-proxy stores, then wgmma (async proxy) reads, here and in the other consumer
-        if DQ_ALT:
-            mbarrier.arrive(ds_full.index(ROLE), pred=not_owner)
+        if DQ_MODE == 0:
+            dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, zero_dq, use_acc=False, is_async=True)  # product 5
+        elif DQ_MODE == 1:
+            mbarrier.arrive(ds_full.index(2 * ROLE + buf), pred=not_owner)
             dq = zero_dq
             if owner:  # product 5 over all 128 keys: own dS^T K_own + other's dS^T K_other
-                mbarrier.wait(ds_full.index(1 - ROLE), (i // 2) & 1)
+                mbarrier.wait(ds_full.index(2 * OTHER + buf), (i // 2) & 1)
                 dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, zero_dq, use_acc=False, is_async=True)
-                dq = warpgroup_mma(ds_other.index(i % 2).permute((1, 0)), k_other, dq, is_async=True)
+                dq = warpgroup_mma(ds_other.index(buf).permute((1, 0)), k_other, dq, is_async=True)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))  # also completes dV, dK
-                mbarrier.arrive(ds_free.index(1 - ROLE))
-        else:
-            dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, zero_dq, use_acc=False, is_async=True)  # product 5
+                mbarrier.arrive(ds_free.index(2 * OTHER + buf))
+        else:  # product 5, columns [32 ROLE, 32 ROLE + 32) over all 128 keys
+            dq = warpgroup_mma(ds_buf.permute((1, 0)), kh_smem.index(2 * ROLE + ROLE), zero_dq, use_acc=False,
+                               is_async=True)
+            mbarrier.arrive(ds_full.index(2 * ROLE + buf))
+            mbarrier.wait(ds_full.index(2 * OTHER + buf), (i // 2) & 1)
+            dq = warpgroup_mma(ds_other.index(buf).permute((1, 0)), kh_smem.index(2 * ROLE + OTHER), dq,
+                               is_async=True)
         # -- next step's S^T, in flight during this step's dQ epilogue --
         nxt = (i + 1) % SLOTS
         mbarrier.wait(ready.index(nxt), ((i + 1) // SLOTS) & 1, pred=i + 1 < n_steps)
         s_t = warpgroup_mma(k_own, q_ring.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dv, dk, dq, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, dq, p_a, ds_a))
         mbarrier.arrive(empty.index(slot), count=1)  # step i's wgmmas that read the slot have completed
-        if DQ_ALT:
+        if DQ_MODE == 0:
+            _sum_dq(dq, dq_pair, dq_bars, i, ROLE, dq_desc, row0q + q0)
+        elif DQ_MODE == 1:
             if owner:
                 tma.store_wait(pendings=0)  # the reduce of step i - 2 has read the staging tile
                 dq_pair[ROLE].store(dq)
                 fence_async_shared()
                 tma_reduce_add(dq_desc, [row0q + q0, 0], dq_pair[ROLE])
         else:
-            _sum_dq(dq, dq_pair, dq_bars, i, ROLE, dq_desc, row0q + q0)
+            mbarrier.arrive(ds_free.index(2 * OTHER + buf))  # our wgmma reading the other's dS^T_i completed
+            tma.store_wait(pendings=0)  # the reduce of step i - 1 has read the staging tile
+            dqh_pair[ROLE].store(dq)
+            fence_async_shared()
+            tma_reduce_add(dqh_desc, [row0q + q0, ROLE * DH], dqh_pair[ROLE])
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))  # the discarded last S^T
     tma.store_wait(pendings=0)
     _store_rows(dk * scale, dk_ptr, row0k, kw0, NK, D)
@@ -192,18 +222,22 @@ def _ws2_consumer(k_own, k_other, v_smem, q_ring, do_ring, ds_own, ds_other, dq_
 
 
 @gluon.jit
-def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B, NQ, NK,
-                   qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_ALT: gl.constexpr, SLOTS: gl.constexpr,
+def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B,
+                   NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
                    GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     """dK, dV of one 128-key tile (2 * BKW, BKW = k_desc's block rows) of one batch element; dQ shares
-    reduce-added into dq_desc's fp32 buffer. Grid: GROUP == 0: (B, cdiv(NK, 2 * BKW)); GROUP > 0:
-    (B * cdiv(NK, 2 * BKW), ), order of ``_tile_of``. Launch with num_warps=4 and maxnreg 168."""
+    reduce-added into the fp32 buffer of dq_desc (block [BQ, D]) / dqh_desc (block [BQ, D / 2], mode 2).
+    kh_desc: K with block [BKW, D / 2] (mode 2). Grid: GROUP == 0: (B, cdiv(NK, 2 * BKW)); GROUP > 0:
+    (GROUP, cdiv(NK, 2 * BKW), B // GROUP), GROUP dividing B (CTAs start in x, y, z order, so
+    GROUP batch elements' key tiles run together). Launch with num_warps=4 and maxnreg 168."""
     BQ: gl.constexpr = q_desc.block_type.shape[0]
     BKW: gl.constexpr = k_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
+    DH: gl.constexpr = kh_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    if GROUP > 0:
-        b, t = _tile_of(gl.program_id(0), B, gl.cdiv(NK, 2 * BKW), GROUP)
+    if GROUP > 0:  # grid (GROUP, key tiles, B // GROUP): x fastest, so GROUP batch elements per key tile
+        b = gl.program_id(2) * GROUP + gl.program_id(0)
+        t = gl.program_id(1)
     else:
         b = gl.program_id(0)
         t = gl.program_id(1)
@@ -220,20 +254,27 @@ def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, l2_ptr, delta_ptr, 
     do_ring = gl.allocate_shared_memory(dtype, [SLOTS, BQ, D], do_desc.layout)
     ds0 = gl.allocate_shared_memory(dtype, [2, BKW, BQ], ds_layout)
     ds1 = gl.allocate_shared_memory(dtype, [2, BKW, BQ], ds_layout)
-    dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
-    dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
+    if DQ_MODE == 2:  # K's column halves; [BQ, D / 2] staging tiles
+        kh_smem = gl.allocate_shared_memory(dtype, [4, BKW, DH], kh_desc.layout)
+        dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, DH], dqh_desc.layout)
+        dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, DH], dqh_desc.layout)
+    else:  # kh_smem unused (a token allocation keeps one signature)
+        kh_smem = gl.allocate_shared_memory(dtype, [1, 8, DH], kh_desc.layout)
+        dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
+        dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
-    dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # not DQ_ALT: full, free
-    ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # DQ_ALT: per consumer
-    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # mode 0: full, free
+    ds_full = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # modes 1, 2: [2 c + b]
+    ds_free = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     for s in gl.static_range(SLOTS):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # two consumers release each slot
     for c in gl.static_range(2):
         mbarrier.init(dq_bars.index(c), count=1)
+    for c in gl.static_range(4):
         mbarrier.init(ds_full.index(c), count=1)
         mbarrier.init(ds_free.index(c), count=1)
 
@@ -243,13 +284,14 @@ def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, l2_ptr, delta_ptr, 
         q_start = 0
     n_steps = gl.cdiv(NQ - q_start, BQ)
     gl.warp_specialize([
-        (_ws2_consumer, (k0_smem, k1_smem, v0_smem, q_ring, do_ring, ds0, ds1, (dq0_smem, dq1_smem), kv_bar, ready,
-                         empty, dq_bars, ds_full, ds_free, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k,
-                         k0, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_ALT, SLOTS, 0)),
-        (_ws2_loader, (q_desc, k_desc, v_desc, do_desc, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, kv_bar,
-                       ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS)),
-        (_ws2_consumer, (k1_smem, k0_smem, v1_smem, q_ring, do_ring, ds1, ds0, (dq0_smem, dq1_smem), kv_bar, ready,
-                         empty, dq_bars, ds_full, ds_free, dq_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr,
-                         row0q, row0k, k0 + BKW, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_ALT,
-                         SLOTS, 1)),
+        (_ws2_consumer, (k0_smem, k1_smem, v0_smem, kh_smem, q_ring, do_ring, ds0, ds1, (dq0_smem, dq1_smem),
+                         (dq0_smem, dq1_smem), kv_bar, ready, empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc,
+                         l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0, q_start, n_steps, NQ, NK, qk_scale_log2,
+                         scale, IS_CAUSAL, DQ_MODE, SLOTS, 0)),
+        (_ws2_loader, (q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_smem, v1_smem, kh_smem, q_ring,
+                       do_ring, kv_bar, ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS, DQ_MODE)),
+        (_ws2_consumer, (k1_smem, k0_smem, v1_smem, kh_smem, q_ring, do_ring, ds1, ds0, (dq0_smem, dq1_smem),
+                         (dq0_smem, dq1_smem), kv_bar, ready, empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc,
+                         l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0 + BKW, q_start, n_steps, NQ, NK,
+                         qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, 1)),
     ], [1, 4], [24, CONSUMER_REGS])
