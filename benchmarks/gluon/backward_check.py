@@ -5,7 +5,7 @@ in its own process under a time limit (a wrong mbarrier phase deadlocks instead 
 
     python -m benchmarks.gluon.backward_check warm     # the reference's kernels into Triton's disk cache
     python -m benchmarks.gluon.backward_check check VARIANT
-    python -m benchmarks.gluon.backward_check time VARIANT [VARIANT ...] [--rounds 3] [--rep-ms 300]
+    python -m benchmarks.gluon.backward_check time VARIANT [VARIANT ...] [--rounds 3] [--rep-ms 300] [--profile]
 
 ``check``: dQ, dK, dV of StaffFlashAttention with that backward against float64 PyTorch attention
 autograd on small shapes (ragged n, NQ != NK, causal and not, bfloat16 and float16, d 64 and 128),
@@ -20,7 +20,9 @@ benchmarks/compare_kernel_sources.py times it) and of the backward alone
 (``torch.autograd.grad`` of a saved forward with a random dO), for the reference Function, SDPA's
 cuDNN backend (16 heads of batch 1, as the kit's benchmarks call it) and each variant. All calls
 are eager (no torch.compile). Prints the medians over rounds and their ratios to cuDNN and to the
-reference.
+reference. ``--profile``: then, per implementation, a torch.profiler table of the CUDA kernels of
+one forward+backward (mean over 5 calls after a warm call): the split between the forward, the
+pre-pass, the main backward kernel and the dQ cast.
 """
 
 from __future__ import annotations
@@ -145,8 +147,9 @@ def sdpa_cudnn():
     return call
 
 
-def time_variants(variants: list[str], rounds: int, rep_ms: int) -> int:
-    """Leaderboard-shape gradient agreement, then interleaved do_bench rounds; prints two tables."""
+def time_variants(variants: list[str], rounds: int, rep_ms: int, profile: bool = False) -> int:
+    """Leaderboard-shape gradient agreement, then interleaved do_bench rounds; prints two tables (and,
+    with ``profile``, ``profile_kernels``'s tables)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(LEADERBOARD, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(True)
                for _ in range(3))
@@ -196,7 +199,46 @@ def time_variants(variants: list[str], rounds: int, rep_ms: int) -> int:
                  ratio(name, "fwd+bwd", "reference"), f"{med[name]['bwd']:.3f}", ratio(name, "bwd", "SDPA cuDNN"),
                  ratio(name, "bwd", "reference"), ", ".join(f"{t:.3f}" for t in times[name]["fwd+bwd"])]
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    if profile:
+        profile_kernels(fns, q, k, v)
     return 0
+
+
+def profile_kernels(fns: dict, q, k, v, calls: int = 5) -> None:
+    """Per implementation: each CUDA kernel's mean time per forward+backward over ``calls`` calls, its
+    launches per call and its share, longest first (torch.profiler, CUDA activity only)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    print(f"\nkernels of one forward+backward (o.sum().backward(), causal, {LEADERBOARD} bfloat16), "
+          f"torch.profiler, mean over {calls} calls", flush=True)
+    for name, fn in fns.items():
+        def call(fn=fn):
+            for t in (q, k, v):
+                t.grad = None
+            fn(q, k, v, True).sum().backward()
+
+        call()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                call()
+            torch.cuda.synchronize()
+        rows = []
+        for evt in prof.key_averages():
+            if getattr(evt, "device_type", None) != DeviceType.CUDA:
+                continue
+            us = getattr(evt, "self_device_time_total", None)
+            if us is None:
+                us = getattr(evt, "self_cuda_time_total", 0)
+            if us > 0:
+                rows.append((us / calls / 1000, evt.count / calls, evt.key))
+        total = sum(ms for ms, _, _ in rows)
+        print(f"\n{name}: {total:.3f} ms of kernels per call", flush=True)
+        print("| ms | launches | share | kernel |")
+        print("| --- | --- | --- | --- |")
+        for ms, count, key in sorted(rows, reverse=True)[:12]:
+            print(f"| {ms:.3f} | {count:g} | {ms / total:.1%} | {key[:90]} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     p_time.add_argument("variants", nargs="*", help=f"any of {VARIANTS} (none: the reference and cuDNN only)")
     p_time.add_argument("--rounds", type=int, default=3)
     p_time.add_argument("--rep-ms", type=int, default=300)
+    p_time.add_argument("--profile", action="store_true",
+                        help="also a torch.profiler kernel table of one forward+backward per implementation")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         print("backward_check needs an sm_90 GPU (H100/H200); `python -m benchmarks.gluon.backward --offline` "
@@ -223,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "check":
         rc = check(args.variant)
     else:
-        rc = time_variants(args.variants, args.rounds, args.rep_ms)
+        rc = time_variants(args.variants, args.rounds, args.rep_ms, args.profile)
     print(f"({args.command}: {time.monotonic() - started:.0f} s)", flush=True)
     return rc
 

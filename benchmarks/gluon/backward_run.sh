@@ -7,7 +7,9 @@
 # agreement and timing tables. First a warm-up process compiles the reference's kernels for the check
 # cases (WARM_S, default 120 s), so that each check, in its own process under PER_VARIANT_S (default
 # 90 s), compiles only Gluon kernels; the timing process, with every variant that passed, runs under
-# TIME_S (default 150 s). Estimate (not measured): 4-5 minutes on an H200 with a cold Triton cache.
+# TIME_S (default 150 s) with ROUNDS interleaved rounds (default 3) and, unless PROFILE=0, a
+# torch.profiler kernel table of one forward+backward per implementation (the forward / pre-pass /
+# main kernel / cast split). Estimate (not measured): 4-6 minutes on an H100 with a cold Triton cache.
 set -uo pipefail
 out=${OUT:?set OUT to the folder whose files come back}
 summary="$out/summary.txt"
@@ -16,6 +18,9 @@ export PYTHONUNBUFFERED=1
 per_variant_s=${PER_VARIANT_S:-90}
 time_s=${TIME_S:-150}
 warm_s=${WARM_S:-120}
+rounds=${ROUNDS:-3}
+profile_flag=--profile
+[ "${PROFILE:-1}" = "0" ] && profile_flag=
 
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
@@ -49,7 +54,8 @@ fi
     echo "== passed: ${passed[*]:-none}"
     start=$SECONDS
     echo "== time (${passed[*]:-no variant}) beside the reference and SDPA cuDNN"
-    timeout --kill-after=10 "$time_s" python3 -m benchmarks.gluon.backward_check time "${passed[@]}" 2>&1 | tail -n 40
+    timeout --kill-after=10 "$time_s" python3 -m benchmarks.gluon.backward_check time "${passed[@]}" \
+        --rounds "$rounds" $profile_flag 2>&1 | tail -n 250
     echo "    (time: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s)"
 } > "$summary" 2>&1
 cat "$summary"
