@@ -56,16 +56,22 @@ from benchmarks.gluon.backward_kernels import (  # noqa: E402
 )
 from benchmarks.gluon.backward_kernels_ws2 import bwd_ws2_kernel  # noqa: E402
 
-# ws2 variants (backward_kernels_ws2.py): name -> (DQ_MODE, SLOTS, GROUP); all pipelined across query steps.
-# DQ_MODE 0: ws_dqsum's hand-over, 1: alternating dQ owner, 2: dQ columns split between the consumers.
-# GROUP 2: L2-friendly launch order (two batch elements' key tiles at a time); 0: ws_dqsum's order.
+# ws2 variants (backward_kernels_ws2.py): name -> (DQ_MODE, SLOTS, GROUP, KV_REGS); all pipelined across
+# query steps (S^T of step i + 1 issued before step i's dQ epilogue). DQ_MODE 0: ws_dqsum's hand-over,
+# 1: alternating dQ owner, 2: dQ columns split between the consumers. GROUP 2: L2-friendly launch
+# order (two batch elements' key tiles at a time); 0: ws_dqsum's order. KV_REGS 1: K_w in registers
+# (S^T an RS wgmma), 2: K_w and V_w (dP^T too).
 WS2_VARIANTS = {
-    "ws2_pipe": (0, 3, 0),  # ws_dqsum + pipelining (S^T of step i + 1 during step i's dQ) + 3-slot ring
-    "ws2_pipe_l2": (0, 3, 2),  # ... + L2-friendly launch order
-    "ws2_alt": (1, 3, 0),  # alternating dQ owner, no hand-over
-    "ws2_alt_l2": (1, 3, 2),
-    "ws2_split": (2, 3, 0),  # each consumer dQ's 32 columns over all 128 keys, two [64, 32] reduces
-    "ws2_split_l2": (2, 3, 2),
+    "ws2_pipe": (0, 3, 0, 0),  # ws_dqsum + pipelining + 3-slot ring
+    "ws2_pipe_l2": (0, 3, 2, 0),  # ... + L2-friendly launch order
+    "ws2_alt": (1, 3, 0, 0),  # alternating dQ owner, no hand-over
+    "ws2_alt_l2": (1, 3, 2, 0),
+    "ws2_split": (2, 3, 0, 0),  # each consumer: dQ's 32 columns over all 128 keys, a [64, 32] reduce
+    "ws2_split_l2": (2, 3, 2, 0),
+    "ws2_pipe_l2_k": (0, 3, 2, 1),
+    "ws2_pipe_l2_kv": (0, 3, 2, 2),
+    "ws2_alt_l2_kv": (1, 3, 2, 2),
+    "ws2_split_l2_k": (2, 3, 2, 1),  # (KV_REGS 2 spills 4 B in split mode, non-causal)
 }
 VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS)
 WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
@@ -117,14 +123,14 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     if variant in WS2_VARIANTS and D != WS2_HEAD_DIM:
         variant = "ws_dqsum"  # d = 128: 3 slots + 4 dS^T buffers exceed shared memory (256 KB); ws_dqsum's kernel
     if variant in WS2_VARIANTS:
-        dq_mode, slots, group = WS2_VARIANTS[variant]
+        dq_mode, slots, group, kv_regs = WS2_VARIANTS[variant]
         tiles = triton.cdiv(NK, 2 * BKW)
         group = group if group and B % group == 0 else (1 if group else 0)  # GROUP must divide B
         grid = (group, tiles, B // group) if group else (B, tiles)
         halves = (_desc(k, [BKW, D // 2]), _desc(dq32, [BQ, D // 2]))  # mode 2: K's column halves, dQ halves
         main = Launch(bwd_ws2_kernel, grid,
                       descs + halves + (l2, delta, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
-                      dict(IS_CAUSAL=is_causal, DQ_MODE=dq_mode, SLOTS=slots, GROUP=group,
+                      dict(IS_CAUSAL=is_causal, DQ_MODE=dq_mode, SLOTS=slots, GROUP=group, KV_REGS=kv_regs,
                            CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4, maxnreg=WS_MAXNREG)
     elif variant.startswith("ws"):
         main = Launch(bwd_ws_kernel, (B, triton.cdiv(NK, 2 * BKW)), common,

@@ -121,7 +121,7 @@ def _ws2_loader(q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_s
 def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_pair, dqh_pair, kv_bar, ready,
                   empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k,
                   kw0, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr,
-                  DQ_MODE: gl.constexpr, SLOTS: gl.constexpr, ROLE: gl.constexpr):
+                  DQ_MODE: gl.constexpr, SLOTS: gl.constexpr, KV_REGS: gl.constexpr, ROLE: gl.constexpr):
     """Consumer ROLE (one warpgroup): dK, dV of keys [kw0, kw0 + 64), pipelined over query steps (module
     docstring). ds_own / ds_other: [2, 64, BQ] dS^T buffers of this and the other consumer."""
     BKW: gl.constexpr = k_own.type.shape[0]
@@ -143,8 +143,19 @@ def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
 
     # -- pipeline prologue: step 0's S^T --
     mbarrier.wait(kv_bar, phase=0)
+    # KV_REGS >= 1: K_w (>= 2: and V_w) as register A operands of S^T (dP^T), loaded once: RS wgmmas
+    # read only Q^T (dO^T) from shared memory, 8 KB less per product and consumer-step
+    sa_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
+    if KV_REGS >= 1:
+        k_op = k_own.load(sa_layout)
+    else:
+        k_op = k_own
+    if KV_REGS >= 2:
+        v_op = v_smem.load(sa_layout)
+    else:
+        v_op = v_smem
     mbarrier.wait(ready.index(0), 0, pred=n_steps > 0)
-    s_t = warpgroup_mma(k_own, q_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s_t = warpgroup_mma(k_op, q_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     for i in range(n_steps):
         q0 = q_start + i * BQ
         slot = i % SLOTS
@@ -157,7 +168,7 @@ def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
         not_owner = buf != ROLE
         # -- S^T (issued during the previous step) done; P^T while dP^T runs --
         s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
-        dp_t = warpgroup_mma(v_smem, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        dp_t = warpgroup_mma(v_op, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         p_t = gl.exp2(s_t * qk_scale_log2 - l2)
         ragged = (q0 + BQ > NQ) | (kw0 + BKW > NK)
         if IS_CAUSAL:
@@ -198,7 +209,7 @@ def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
         # -- next step's S^T, in flight during this step's dQ epilogue --
         nxt = (i + 1) % SLOTS
         mbarrier.wait(ready.index(nxt), ((i + 1) // SLOTS) & 1, pred=i + 1 < n_steps)
-        s_t = warpgroup_mma(k_own, q_ring.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s_t = warpgroup_mma(k_op, q_ring.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dv, dk, dq, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, dq, p_a, ds_a))
         mbarrier.arrive(empty.index(slot), count=1)  # step i's wgmmas that read the slot have completed
         if DQ_MODE == 0:
@@ -224,7 +235,7 @@ def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
 @gluon.jit
 def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B,
                    NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
-                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_REGS: gl.constexpr = 0):
     """dK, dV of one 128-key tile (2 * BKW, BKW = k_desc's block rows) of one batch element; dQ shares
     reduce-added into the fp32 buffer of dq_desc (block [BQ, D]) / dqh_desc (block [BQ, D / 2], mode 2).
     kh_desc: K with block [BKW, D / 2] (mode 2). Grid: GROUP == 0: (B, cdiv(NK, 2 * BKW)); GROUP > 0:
@@ -287,11 +298,11 @@ def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
         (_ws2_consumer, (k0_smem, k1_smem, v0_smem, kh_smem, q_ring, do_ring, ds0, ds1, (dq0_smem, dq1_smem),
                          (dq0_smem, dq1_smem), kv_bar, ready, empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc,
                          l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0, q_start, n_steps, NQ, NK, qk_scale_log2,
-                         scale, IS_CAUSAL, DQ_MODE, SLOTS, 0)),
+                         scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, 0)),
         (_ws2_loader, (q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_smem, v1_smem, kh_smem, q_ring,
                        do_ring, kv_bar, ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS, DQ_MODE)),
         (_ws2_consumer, (k1_smem, k0_smem, v1_smem, kh_smem, q_ring, do_ring, ds1, ds0, (dq0_smem, dq1_smem),
                          (dq0_smem, dq1_smem), kv_bar, ready, empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc,
                          l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0 + BKW, q_start, n_steps, NQ, NK,
-                         qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, 1)),
+                         qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, 1)),
     ], [1, 4], [24, CONSUMER_REGS])
