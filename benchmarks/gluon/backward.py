@@ -18,6 +18,11 @@ ws             a 1-warp TMA loader + two consumer warpgroups (keys 0-63, 64-127 
 ws_atomic      as ws, dQ by gl.atomic_add
 ws_dqsum       as ws, but consumer 1 hands its dQ partial to consumer 0 through shared memory (two more
                mbarriers) and one TMA reduce-add per step carries both: half ws's reduce traffic
+ws2_*          ``bwd_ws2_kernel`` (backward_kernels_ws2.py), d = 64 (d = 128 runs ws_dqsum's kernel):
+               ws's partitions, pipelined across query steps (step i + 1's S^T issued before step
+               i's dQ epilogue), 3-slot ring; ``WS2_VARIANTS`` names the dQ mode (hand-over as
+               ws_dqsum / alternating owner / column split), the launch order (``_l2``: two batch
+               elements' key tiles at a time) and K_w / V_w held in registers (``_k``, ``_kv``)
 =============  ====================================================================================
 
 Inside a step every variant issues S^T and dP^T back to back (async) and computes P^T while dP^T
