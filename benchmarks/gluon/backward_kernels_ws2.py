@@ -56,10 +56,12 @@ ds_free[2c+b]   1      (modes 1, 2) the other consumer once its    consumer c be
                        wgmmas reading dS^T_i of c completed        (step i + 2), parity ((i//2) & 1) ^ 1
 ==============  =====  ==========================================  ========================================
 
-One ds_full/ds_free pair per (consumer, buffer), not per consumer: in mode 2 a consumer may store
-two steps' dS^T before the other waits for the first, and one barrier would then complete two
-phases and alias the parity (a deadlock). Per buffer, the next arrival needs the other's wait of
-this one (through ds_free), so a barrier is never more than one phase ahead of its waiter.
+One ds_full/ds_free pair per (consumer, buffer), not per consumer: with one ds_full per consumer,
+a consumer could (without ds_free) store two steps' dS^T before the other waits for the first; the
+barrier would complete two phases and alias the parity (a deadlock). Per buffer, a barrier is never
+more than one phase ahead of its waiter even without ds_free, which the other waits already imply
+(ring back-pressure, ds_full of the next step); it stays as a guard. ``ws2_protocol_model.py``
+checks this protocol (random interleavings, deadlocks and buffer hazards) on the CPU.
 Deadlock freedom: every wait is on an event of the same or an earlier step that its producer
 reaches without waiting on the waiter's later events (empty(i - 1) precedes ready(i + 1);
 ds_full(i) needs only ready(i) and ds_free(i - 2)).
