@@ -23,6 +23,8 @@ ws2_*          ``bwd_ws2_kernel`` (backward_kernels_ws2.py), d = 64 (d = 128 run
                i's dQ epilogue), 3-slot ring; ``WS2_VARIANTS`` names the dQ mode (hand-over as
                ws_dqsum / alternating owner / column split), the launch order (``_l2``: two batch
                elements' key tiles at a time) and K_w / V_w held in registers (``_k``, ``_kv``)
+ws3_*          ``bwd_ws3_kernel`` (backward_kernels_ws3.py): ws2's alternating-owner and split dQ modes
+               with fewer warpgroup bar.syncs per step (``WS3_VARIANTS``)
 =============  ====================================================================================
 
 Inside a step every variant issues S^T and dP^T back to back (async) and computes P^T while dP^T
@@ -45,7 +47,7 @@ from pathlib import Path
 import torch
 import triton
 
-from benchmarks.gluon.minimal_kernel import Launch, _desc  # the pieces' launch record and TMA descriptor helper
+from benchmarks.gluon.minimal_kernel import Launch, _desc, compile_sm90  # the pieces' launch record, TMA descriptor, offline compile
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "reference") not in sys.path:
@@ -60,6 +62,7 @@ from benchmarks.gluon.backward_kernels import (  # noqa: E402
     bwd_ws_kernel,
 )
 from benchmarks.gluon.backward_kernels_ws2 import bwd_ws2_kernel  # noqa: E402
+from benchmarks.gluon.backward_kernels_ws3 import bwd_ws3_kernel  # noqa: E402
 
 # ws2 variants (backward_kernels_ws2.py): name -> (DQ_MODE, SLOTS, GROUP, KV_REGS); all pipelined across
 # query steps (S^T of step i + 1 issued before step i's dQ epilogue). DQ_MODE 0: ws_dqsum's hand-over,
@@ -78,7 +81,15 @@ WS2_VARIANTS = {
     "ws2_alt_l2_kv": (1, 3, 2, 2),
     "ws2_split_l2_k": (2, 3, 2, 1),  # (KV_REGS 2 spills 4 B in split mode, non-causal)
 }
-VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS)
+# ws3 variants (backward_kernels_ws3.py, ``bwd_ws3_kernel``): ws2's modes 1 and 2 with fewer warpgroup
+# bar.syncs per step (no ds_free, one empty arrive per step, no mid-step wait(0), loop unrolled by 2);
+# same key (DQ_MODE, SLOTS, GROUP, KV_REGS) and launch as ws2.
+WS3_VARIANTS = {
+    "ws3_alt_l2_kv": (1, 3, 2, 2),  # ws2_alt_l2_kv's levers
+    "ws3_alt4_l2_kv": (1, 4, 2, 2),  # ... with a 4-slot ring (the slot is released half a step later)
+    "ws3_split_l2_k": (2, 3, 2, 1),  # ws2_split_l2_k's levers
+}
+VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS) + tuple(WS3_VARIANTS)
 WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 GLUON_HEAD_DIMS = (64, 128)
@@ -125,15 +136,15 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     descs = (_desc(q, [BQ, D]), _desc(k, [BKW, D]), _desc(v, [BKW, D]), _desc(do, [BQ, D]), _desc(dq32, [BQ, D]))
     common = descs + (dq32, l2, delta, dk, dv, NQ, NK, scale * 1.4426950408889634, scale)
     atomic = variant.endswith("_atomic")
-    if variant in WS2_VARIANTS and D != WS2_HEAD_DIM:
+    if (variant in WS2_VARIANTS or variant in WS3_VARIANTS) and D != WS2_HEAD_DIM:
         variant = "ws_dqsum"  # d = 128: 3 slots + 4 dS^T buffers exceed shared memory (256 KB); ws_dqsum's kernel
-    if variant in WS2_VARIANTS:
-        dq_mode, slots, group, kv_regs = WS2_VARIANTS[variant]
+    if variant in WS2_VARIANTS or variant in WS3_VARIANTS:
+        dq_mode, slots, group, kv_regs = {**WS2_VARIANTS, **WS3_VARIANTS}[variant]
         tiles = triton.cdiv(NK, 2 * BKW)
         group = group if group and B % group == 0 else (1 if group else 0)  # GROUP must divide B
         grid = (group, tiles, B // group) if group else (B, tiles)
         halves = (_desc(k, [BKW, D // 2]), _desc(dq32, [BQ, D // 2]))  # mode 2: K's column halves, dQ halves
-        main = Launch(bwd_ws2_kernel, grid,
+        main = Launch(bwd_ws3_kernel if variant in WS3_VARIANTS else bwd_ws2_kernel, grid,
                       descs + halves + (l2, delta, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
                       dict(IS_CAUSAL=is_causal, DQ_MODE=dq_mode, SLOTS=slots, GROUP=group, KV_REGS=kv_regs,
                            CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4, maxnreg=WS_MAXNREG)
@@ -205,45 +216,6 @@ def make_function(variant: str):
 # ----------------------------------------------------------------------------------------------
 # Offline: compile every kernel for sm_90a on a machine without a GPU
 # ----------------------------------------------------------------------------------------------
-
-
-def compile_sm90(launch: Launch) -> tuple[str, str, int]:
-    """(PTX, ptxas -v output, shared memory bytes) of one launch's kernel compiled for sm_90a; raises on a
-    compile error."""
-    import subprocess
-    import tempfile
-
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    fn = launch.kernel
-    signature, constexprs, attrs = {}, {}, {}
-    runtime = iter(launch.args)
-    for index, name in enumerate(fn.arg_names):
-        if fn.params[index].is_constexpr:
-            signature[name] = "constexpr"
-            constexprs[name] = launch.constexprs.get(name, fn.params[index].default)
-            continue
-        arg = next(runtime)
-        signature[name] = mangle_type(arg)
-        if isinstance(arg, torch.Tensor):
-            attrs[(index, )] = [["tt.divisibility", 16]]  # as a launch with aligned tensors specialises it
-    options = {"num_warps": launch.num_warps}
-    if launch.maxnreg is not None:
-        options["maxnreg"] = launch.maxnreg
-    compiled = triton.compile(GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options=options)
-    ptx = compiled.asm["ptx"]
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.ptx"
-        path.write_text(ptx)
-        done = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(path), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError("ptxas: " + (done.stdout + done.stderr).strip())
-    return ptx, done.stdout + done.stderr, compiled.metadata.shared
 
 
 def offline_report(variant: str, d: int, is_causal: bool, dtype=torch.bfloat16) -> list[str]:

@@ -237,12 +237,9 @@ def run_piece(piece: Piece) -> tuple[str, str]:
     return ("FAIL", "\n".join(problems)) if problems else ("PASS", "")
 
 
-def compile_offline(piece: Piece) -> tuple[str, str]:
-    """Compile one piece's kernel for sm_90a without a GPU; run ptxas -v on its PTX.
-
-    Returns ("COMPILED", ptxas's register line) or ("ERROR", the exception).
-    """
-    import re
+def compile_sm90(launch: Launch) -> tuple[str, str, int]:
+    """(PTX, ptxas -v output, shared memory bytes) of one launch's kernel compiled for sm_90a without a GPU;
+    raises on a compile error. ``backward.py --offline`` uses it too."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -251,36 +248,46 @@ def compile_offline(piece: Piece) -> tuple[str, str]:
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
+    fn = launch.kernel
+    signature, constexprs, attrs = {}, {}, {}
+    runtime = iter(launch.args)
+    for index, name in enumerate(fn.arg_names):
+        if fn.params[index].is_constexpr:
+            signature[name] = "constexpr"
+            constexprs[name] = launch.constexprs.get(name, fn.params[index].default)
+            continue
+        arg = next(runtime)
+        signature[name] = mangle_type(arg)
+        if isinstance(arg, torch.Tensor):
+            attrs[(index, )] = [["tt.divisibility", 16]]  # as a launch with aligned tensors specialises it
+    options = {"num_warps": launch.num_warps}
+    if launch.maxnreg is not None:
+        options["maxnreg"] = launch.maxnreg
+    compiled = triton.compile(GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    ptx = compiled.asm["ptx"]
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.ptx"
+        path.write_text(ptx)
+        done = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(path), "-o", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("ptxas: " + (done.stdout + done.stderr).strip())
+    return ptx, done.stdout + done.stderr, compiled.metadata.shared
+
+
+def compile_offline(piece: Piece) -> tuple[str, str]:
+    """Compile one piece's kernel for sm_90a without a GPU; run ptxas -v on its PTX.
+
+    Returns ("COMPILED", ptxas's register line) or ("ERROR", the exception).
+    """
+    import re
+
     try:
         launch, _ = piece.build("cpu")
-        fn = launch.kernel
-        signature, constexprs, attrs = {}, {}, {}
-        runtime = iter(launch.args)
-        for index, name in enumerate(fn.arg_names):
-            if fn.params[index].is_constexpr:
-                signature[name] = "constexpr"
-                constexprs[name] = launch.constexprs.get(name, fn.params[index].default)
-                continue
-            arg = next(runtime)
-            signature[name] = mangle_type(arg)
-            if isinstance(arg, torch.Tensor):
-                attrs[(index, )] = [["tt.divisibility", 16]]  # as a launch with aligned tensors specialises it
-        options = {"num_warps": launch.num_warps}
-        if launch.maxnreg is not None:
-            options["maxnreg"] = launch.maxnreg
-        compiled = triton.compile(GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
-                                  target=GPUTarget("cuda", 90, 32), options=options)
-        ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-        with tempfile.TemporaryDirectory() as tmp:
-            ptx = Path(tmp) / "kernel.ptx"
-            ptx.write_text(compiled.asm["ptx"])
-            done = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(ptx), "-o",
-                                   str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True)
-        info = done.stdout + done.stderr
-        if done.returncode != 0:
-            return "ERROR", "ptxas: " + info.strip()
+        ptx_text, info, _ = compile_sm90(launch)
         used = re.search(r"Used \d+ registers[^\n]*", info)
-        ptx_text = compiled.asm["ptx"]
         marks = [m for m in ("wgmma.mma_async", "cp.async.bulk.tensor", "cp.reduce.async.bulk", "setmaxnreg",
                              "mbarrier.try_wait", "red.global", "atom.global") if m in ptx_text]
         return "COMPILED", (used.group(0) if used else "ptxas: no register line") + "; PTX has " + ", ".join(marks)
