@@ -84,10 +84,13 @@ WS2_VARIANTS = {
 # ws3 variants (backward_kernels_ws3.py, ``bwd_ws3_kernel``): ws2's modes 1 and 2 with fewer warpgroup
 # bar.syncs per step (no ds_free, one empty arrive per step, no mid-step wait(0), loop unrolled by 2);
 # same key (DQ_MODE, SLOTS, GROUP, KV_REGS) and launch as ws2.
-WS3_VARIANTS = {
-    "ws3_alt_l2_kv": (1, 3, 2, 2),  # ws2_alt_l2_kv's levers
-    "ws3_alt4_l2_kv": (1, 4, 2, 2),  # ... with a 4-slot ring (the slot is released half a step later)
-    "ws3_split_l2_k": (2, 3, 2, 1),  # ws2_split_l2_k's levers
+WS3_VARIANTS = {  # name -> (DQ_MODE, SLOTS, GROUP, KV_REGS, UNROLL)
+    "ws3_alt_l2_kv": (1, 3, 2, 2, 0),  # ws2_alt_l2_kv's levers, one step per iteration
+    "ws3_alt_l2_kv_u2": (1, 3, 2, 2, 1),  # ... unrolled by two (static ownership)
+    "ws3_alt_l2_k_u2": (1, 3, 2, 1, 1),  # ... K only in registers (16 fewer)
+    "ws3_alt4_l2_kv": (1, 4, 2, 2, 0),  # ... with a 4-slot ring (the slot is released half a step later)
+    "ws3_split_l2_k": (2, 3, 2, 1, 0),  # ws2_split_l2_k's levers
+    "ws3_split_l2_k_u2": (2, 3, 2, 1, 1),
 }
 VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS) + tuple(WS3_VARIANTS)
 WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
@@ -139,7 +142,8 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     if (variant in WS2_VARIANTS or variant in WS3_VARIANTS) and D != WS2_HEAD_DIM:
         variant = "ws_dqsum"  # d = 128: 3 slots + 4 dS^T buffers exceed shared memory (256 KB); ws_dqsum's kernel
     if variant in WS2_VARIANTS or variant in WS3_VARIANTS:
-        dq_mode, slots, group, kv_regs = {**WS2_VARIANTS, **WS3_VARIANTS}[variant]
+        dq_mode, slots, group, kv_regs, unroll = {**{k: v + (0, ) for k, v in WS2_VARIANTS.items()},
+                                                  **WS3_VARIANTS}[variant]
         tiles = triton.cdiv(NK, 2 * BKW)
         group = group if group and B % group == 0 else (1 if group else 0)  # GROUP must divide B
         grid = (group, tiles, B // group) if group else (B, tiles)
@@ -147,7 +151,8 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
         main = Launch(bwd_ws3_kernel if variant in WS3_VARIANTS else bwd_ws2_kernel, grid,
                       descs + halves + (l2, delta, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
                       dict(IS_CAUSAL=is_causal, DQ_MODE=dq_mode, SLOTS=slots, GROUP=group, KV_REGS=kv_regs,
-                           CONSUMER_REGS=WS_CONSUMER_REGS), num_warps=4, maxnreg=WS_MAXNREG)
+                           CONSUMER_REGS=WS_CONSUMER_REGS, **({"UNROLL": unroll} if variant in WS3_VARIANTS else {})),
+                      num_warps=4, maxnreg=WS_MAXNREG)
     elif variant.startswith("ws"):
         main = Launch(bwd_ws_kernel, (B, triton.cdiv(NK, 2 * BKW)), common,
                       dict(IS_CAUSAL=is_causal, DQ_ATOMIC=atomic, DQ_SUM=variant == "ws_dqsum",

@@ -26,7 +26,7 @@ per step and arrives placed next to a bar.sync that a shared-memory hazard needs
   ``warpgroup_mma_wait(1)`` after S^T_{i+1} completes dQ as well, so the tensor pipe never drains.
 * **The loop is unrolled by two** (dS^T buffer b = i % 2 and, in mode 1, ownership become
   constexprs): no predicated-off arrives or waits whose Membar barriers both paths pay, static
-  barrier indices. A second half past n_steps is skipped (``if``).
+  barrier indices. An odd last step runs after the loop (an ``if`` inside it cost a bar.sync).
 
 Barrier protocol (b = i % 2; c = this consumer, o = the other; parity as in ws2):
 
@@ -73,15 +73,20 @@ from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
 def _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage,
               ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK,
               qk_scale_log2, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
-              ROLE: gl.constexpr, BUF: gl.constexpr):
+              ROLE: gl.constexpr, BUF: gl.constexpr, UNROLL: gl.constexpr):
     """Step i (i % 2 == BUF) of consumer ROLE; S^T_i (s_t) is in flight on entry, S^T_{i+1} on return."""
     BKW: gl.constexpr = k_own.type.shape[0]
     D: gl.constexpr = k_own.type.shape[1]
     DH: gl.constexpr = kh_smem.type.shape[2]
     BQ: gl.constexpr = q_ring.type.shape[1]
     OTHER: gl.constexpr = 1 - ROLE
-    OWNER: gl.constexpr = BUF == ROLE  # mode 1: this consumer computes and reduces step i's dQ
-    RELEASES: gl.constexpr = OWNER if DQ_MODE == 1 else ROLE == 0  # releases the slot of step i - 1
+    # the dS^T buffer: BUF (constexpr) when the loop is unrolled, else i % 2 at run time; so is owner (mode 1:
+    # this consumer computes and reduces step i's dQ)
+    if UNROLL:
+        buf = BUF
+    else:
+        buf = i % 2
+    owner = buf == ROLE
     kd_layout: gl.constexpr = wgmma_layout(BKW, D, gl.num_warps())
     s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kd_layout, k_width=2)
@@ -91,7 +96,7 @@ def _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ri
     slot = i % SLOTS
     q_tile = q_ring.index(slot)
     do_tile = do_ring.index(slot)
-    ds_buf = ds_own.index(BUF)
+    ds_buf = ds_own.index(buf)
     l2, delta = _row_stats(l2_ptr, delta_ptr, row0q, q0, NQ, BQ, s_layout)  # in flight with S^T
     # -- S^T_i done; P^T while dP^T runs --
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
@@ -111,40 +116,46 @@ def _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ri
     dk = warpgroup_mma(ds_a, q_tile, dk, is_async=True)  # product 4
     fence_async_shared()  # dS^T: generic-proxy stores, then wgmma (async proxy) reads, here and in the other
     if DQ_MODE == 1:
-        if OWNER:  # product 5 over all 128 keys: own dS^T K_own + other's dS^T K_other
-            mbarrier.wait(ds_full.index(2 * OTHER + BUF), (i // 2) & 1)
+        dq = gl.zeros([BQ, D], gl.float32, wgmma_layout(BQ, D, gl.num_warps()))  # (non-owner: unused)
+        if owner:  # product 5 over all 128 keys: own dS^T K_own + other's dS^T K_other
+            mbarrier.wait(ds_full.index(2 * OTHER + buf), (i // 2) & 1)
             # the other passed its wait(1) of step i - 1 (before this ds_full), we passed ours: every
             # wgmma that read slot i - 1 has completed. Membar's bar.sync before this arrive also orders
             # our dS^T stores before the dQ wgmma below.
             mbarrier.arrive(empty.index((i + SLOTS - 1) % SLOTS), pred=i > 0)
-            dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, gl.zeros([BQ, D], gl.float32, wgmma_layout(
-                BQ, D, gl.num_warps())), use_acc=False, is_async=True)
-            dq = warpgroup_mma(ds_other.index(BUF).permute((1, 0)), k_other, dq, is_async=True)
+            dq = warpgroup_mma(ds_buf.permute((1, 0)), k_own, dq, use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_other.index(buf).permute((1, 0)), k_other, dq, is_async=True)
+            if not UNROLL:  # a run-time branch cannot yield an in-flight accumulator: complete dQ here (as ws2)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
         else:
-            mbarrier.arrive(ds_full.index(2 * ROLE + BUF))  # after Membar's bar.sync: all 4 warps stored
+            mbarrier.arrive(ds_full.index(2 * ROLE + buf))  # after Membar's bar.sync: all 4 warps stored
     else:  # product 5, columns [32 ROLE, 32 ROLE + 32) over all 128 keys
-        mbarrier.arrive(ds_full.index(2 * ROLE + BUF))
-        mbarrier.wait(ds_full.index(2 * OTHER + BUF), (i // 2) & 1)
+        mbarrier.arrive(ds_full.index(2 * ROLE + buf))
+        mbarrier.wait(ds_full.index(2 * OTHER + buf), (i // 2) & 1)
         dq = warpgroup_mma(ds_buf.permute((1, 0)), kh_smem.index(2 * ROLE + ROLE),
                            gl.zeros([BQ, DH], gl.float32, wgmma_layout(BQ, DH, gl.num_warps())), use_acc=False,
                            is_async=True)
-        dq = warpgroup_mma(ds_other.index(BUF).permute((1, 0)), kh_smem.index(2 * ROLE + OTHER), dq, is_async=True)
+        dq = warpgroup_mma(ds_other.index(buf).permute((1, 0)), kh_smem.index(2 * ROLE + OTHER), dq, is_async=True)
     # -- next step's S^T, in flight during this step's dQ epilogue (discarded after the last step) --
     nxt = (i + 1) % SLOTS
     mbarrier.wait(ready.index(nxt), ((i + 1) // SLOTS) & 1, pred=i + 1 < n_steps)
     s_t = warpgroup_mma(k_op, q_ring.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if DQ_MODE == 1:
-        if OWNER:
-            dv, dk, dq, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, dq, p_a, ds_a))
+        if UNROLL:  # static ownership: the owner's dQ completes here, with dV, dK
+            if owner:
+                dv, dk, dq, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, dq, p_a, ds_a))
+            else:
+                dv, dk, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, p_a, ds_a))
+        else:  # dQ completed above
+            dv, dk, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, p_a, ds_a))
+        if owner:
             tma.store_wait(pendings=0)  # our reduce of step i - 2 has read the staging tile
             dq_stage.store(dq)
             fence_async_shared()
             tma_reduce_add(dq_desc, [row0q + q0, 0], dq_stage)
-        else:
-            dv, dk, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, p_a, ds_a))
     else:
         dv, dk, dq, p_a, ds_a = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dk, dq, p_a, ds_a))
-        if RELEASES:  # after this step's ds_full wait; here, next to store_wait's bar.sync (one bar, not two)
+        if ROLE == 0:  # after this step's ds_full wait; here, next to store_wait's bar.sync (one bar, not two)
             mbarrier.arrive(empty.index((i + SLOTS - 1) % SLOTS), pred=i > 0)
         tma.store_wait(pendings=0)  # our reduce of step i - 1 has read the staging tile
         dq_stage.store(dq)
@@ -157,8 +168,8 @@ def _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ri
 def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, kv_bar, ready, empty,
                   ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, kw0, q_start, n_steps,
                   NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
-                  KV_REGS: gl.constexpr, ROLE: gl.constexpr):
-    """Consumer ROLE (one warpgroup): dK, dV of keys [kw0, kw0 + 64), two query steps per iteration."""
+                  KV_REGS: gl.constexpr, UNROLL: gl.constexpr, ROLE: gl.constexpr):
+    """Consumer ROLE (one warpgroup): dK, dV of keys [kw0, kw0 + 64); UNROLL: two query steps per iteration."""
     BKW: gl.constexpr = k_own.type.shape[0]
     D: gl.constexpr = k_own.type.shape[1]
     BQ: gl.constexpr = q_ring.type.shape[1]
@@ -179,16 +190,27 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
     mbarrier.wait(ready.index(0), 0, pred=n_steps > 0)
     s_t = warpgroup_mma(k_op, q_ring.index(0).permute((1, 0)), gl.zeros([BKW, BQ], gl.float32, s_layout),
                         use_acc=False, is_async=True)
-    for i in range(0, n_steps, 2):
-        s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own,
-                                ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr,
-                                row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
-                                0)
-        if i + 1 < n_steps:
-            s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own,
-                                    ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr,
-                                    row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS,
-                                    ROLE, 1)
+    # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
+    # loop would merge Membar's state of both paths and cost a bar.sync per iteration
+    if UNROLL:
+        # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
+        # loop would merge Membar's state of both paths and cost a bar.sync per iteration
+        for i in range(0, n_steps - 1, 2):
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
+                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
+                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 1)
+            s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
+                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
+                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 1, 1)
+        if n_steps % 2 == 1:
+            s_t, dk, dv = _ws3_step(n_steps - 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
+                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
+                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 1)
+    else:  # one step per iteration, ownership and dS^T buffer at run time
+        for i in range(n_steps):
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
+                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
+                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 0)
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))  # the discarded last S^T
     tma.store_wait(pendings=0)
     _store_rows(dk * scale, dk_ptr, row0k, kw0, NK, D)
@@ -198,7 +220,8 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
 @gluon.jit
 def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B,
                    NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
-                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_REGS: gl.constexpr = 0):
+                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_REGS: gl.constexpr = 0,
+                   UNROLL: gl.constexpr = 1):
     """As ``bwd_ws2_kernel`` (same arguments, grid and launch options), DQ_MODE 1 or 2 only."""
     BQ: gl.constexpr = q_desc.block_type.shape[0]
     BKW: gl.constexpr = k_desc.block_type.shape[0]
@@ -249,10 +272,10 @@ def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
     gl.warp_specialize([
         (_ws3_consumer, (k0_smem, k1_smem, v0_smem, kh_smem, q_ring, do_ring, ds0, ds1, dq0_smem, kv_bar, ready,
                          empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0,
-                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, 0)),
+                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, UNROLL, 0)),
         (_ws2_loader, (q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_smem, v1_smem, kh_smem, q_ring,
                        do_ring, kv_bar, ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS, DQ_MODE)),
         (_ws3_consumer, (k1_smem, k0_smem, v1_smem, kh_smem, q_ring, do_ring, ds1, ds0, dq1_smem, kv_bar, ready,
                          empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0 + BKW,
-                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, 1)),
+                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, UNROLL, 1)),
     ], [1, 4], [24, CONSUMER_REGS])
