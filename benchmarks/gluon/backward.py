@@ -82,16 +82,13 @@ WS2_VARIANTS = {
     "ws2_split_l2_k": (2, 3, 2, 1),  # (KV_REGS 2 spills 4 B in split mode, non-causal)
 }
 # ws3 variants (backward_kernels_ws3.py, ``bwd_ws3_kernel``): ws2's modes 1 and 2 with fewer warpgroup
-# bar.syncs per step (no ds_free, one empty arrive per step, no mid-step wait(0), loop unrolled by 2);
+# bar.syncs per step (no ds_free, one empty arrive per step; optionally unrolled by 2);
 # same key (DQ_MODE, SLOTS, GROUP, KV_REGS) and launch as ws2.
 WS3_VARIANTS = {  # name -> (DQ_MODE, SLOTS, GROUP, KV_REGS, UNROLL)
     "ws3_alt_l2_kv": (1, 3, 2, 2, 0),  # ws2_alt_l2_kv's levers, one step per iteration
-    "ws3_alt_l2_kv_u2": (1, 3, 2, 2, 1),  # ... unrolled by two (static ownership)
-    "ws3_alt_l2_k_u2": (1, 3, 2, 1, 1),  # ... K only in registers (16 fewer)
     "ws3_alt4_l2_kv": (1, 4, 2, 2, 0),  # ... with a 4-slot ring (the slot is released half a step later)
     "ws3_split_l2_k": (2, 3, 2, 1, 0),  # ws2_split_l2_k's levers
-    "ws3_split_l2_k_u2": (2, 3, 2, 1, 1),
-}
+}  # UNROLL 1 and 2 (two steps per iteration, static ownership) spill 4-164 B at d = 64: not listed (README)
 VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS) + tuple(WS3_VARIANTS)
 WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
 GLUON_DTYPES = (torch.float16, torch.bfloat16)

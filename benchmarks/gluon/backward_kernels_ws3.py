@@ -48,8 +48,10 @@ Hazards (each also checked by ws2_protocol_model.py, modes "lean1", "lean2"):
   step). c's own dQ wgmma reading ds_c[c] (mode 1) completes at c's wait(1) of the same step.
 * Ring slot of step i: released as above; the loader refills it for step i + S.
 * dQ staging tile of c: ``tma.store_wait(0)`` before rewriting it (c's previous reduce).
-Deadlock freedom: ds_full(i) needs ready(i); empty(i) needs ds_full(i + 1), i.e. ready(i + 1),
-which needs empty(i + 1 - S) with S >= 2: earlier than i.
+Deadlock freedom: ds_full(i) needs ready(i); the arrive on empty(i) comes after ds_full(i + 1), i.e.
+ready(i + 1), which needs empty(i + 1 - S): earlier than i for S >= 2. In mode 2 it also comes after
+consumer 0's ready(i + 2) wait, which needs empty(i + 2 - S): S >= 3 (asserted; the model deadlocks
+with 2 slots).
 """
 
 from __future__ import annotations
@@ -83,10 +85,11 @@ def _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ri
     # the dS^T buffer: BUF (constexpr) when the loop is unrolled, else i % 2 at run time; so is owner (mode 1:
     # this consumer computes and reduces step i's dQ)
     if UNROLL:
-        buf = BUF
+        buf: gl.constexpr = BUF
+        owner: gl.constexpr = BUF == ROLE
     else:
         buf = i % 2
-    owner = buf == ROLE
+        owner = buf == ROLE
     kd_layout: gl.constexpr = wgmma_layout(BKW, D, gl.num_warps())
     s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kd_layout, k_width=2)
@@ -192,7 +195,16 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
                         use_acc=False, is_async=True)
     # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
     # loop would merge Membar's state of both paths and cost a bar.sync per iteration
-    if UNROLL:
+    if UNROLL == 2:  # as 1, the odd last step inside the loop (a Membar bar.sync more, fewer registers?)
+        for i in range(0, n_steps, 2):
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc,
+                                dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2,
+                                IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 1)
+            if i + 1 < n_steps:
+                s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc,
+                                dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2,
+                                IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 1, 1)
+    elif UNROLL:
         # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
         # loop would merge Membar's state of both paths and cost a bar.sync per iteration
         for i in range(0, n_steps - 1, 2):
@@ -229,6 +241,7 @@ def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
     DH: gl.constexpr = kh_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert((DQ_MODE == 1) | (DQ_MODE == 2), "ws3: dQ modes 1 (alternating owner) and 2 (split) only")
+    gl.static_assert((DQ_MODE == 1) | (SLOTS >= 3), "ws3 mode 2 releases a slot after the next ready wait")
     if GROUP > 0:
         b = gl.program_id(2) * GROUP + gl.program_id(0)
     else:
