@@ -14,19 +14,20 @@ arrive -> arrive, arrive -> wait and arrive -> wgmma each get one. So the levers
 per step and arrives placed next to a bar.sync that a shared-memory hazard needs anyway:
 
 * **No ds_free** (ws2's modes 1, 2 wait and arrive on it every step): it is implied by the other
-  waits (ws2_protocol_model.py finds no hazard without it; kernel argument below).
+  waits (ws2_protocol_model.py finds no hazard without it; argument under "Hazards").
 * **empty[s] has count 1, one arrive per step**: slot s of step i is released by *one* consumer in
   step i + 1, after its ds_full wait of step i + 1. That wait implies that the other consumer has
   passed its wgmma wait at the end of step i (it arrives ds_full of step i + 1 only after it), and
   the arriving consumer passed its own; so every wgmma reading slot i has completed. Mode 1: the
   owner of step i + 1 releases; mode 2: consumer 0 releases. The slot comes back half a step later
   than in ws2 (3 slots still leave the loader about 1.5 steps); ``SLOTS`` 4 gives one more.
-* **Mode 1 owner issues no wait(0) mid-step**: ws2's owner waited for its dQ wgmmas (and with
-  them dV, dK) before issuing S^T of step i + 1, to arrive ds_free; here the step's single
-  ``warpgroup_mma_wait(1)`` after S^T_{i+1} completes dQ as well, so the tensor pipe never drains.
-* **The loop is unrolled by two** (dS^T buffer b = i % 2 and, in mode 1, ownership become
-  constexprs): no predicated-off arrives or waits whose Membar barriers both paths pay, static
-  barrier indices. An odd last step runs after the loop (an ``if`` inside it cost a bar.sync).
+* **Mode 1, UNROLL only: the owner issues no wait(0) mid-step**: ws2's owner waits for its dQ
+  wgmmas (and with them dV, dK) before issuing S^T of step i + 1; with static ownership the step's
+  single ``warpgroup_mma_wait(1)`` after S^T_{i+1} completes dQ as well. A run-time branch cannot
+  yield an in-flight accumulator (Gluon refuses), so the rolled loop keeps ws2's wait(0).
+* **UNROLL** (constexpr, default 0): two steps per iteration, dS^T buffer and ownership static
+  (no predicated-off arrives whose Membar barriers both paths pay). At d = 64 it spills (4-164 B,
+  README), so no listed variant uses it.
 
 Barrier protocol (b = i % 2; c = this consumer, o = the other; parity as in ws2):
 
@@ -193,36 +194,29 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
     mbarrier.wait(ready.index(0), 0, pred=n_steps > 0)
     s_t = warpgroup_mma(k_op, q_ring.index(0).permute((1, 0)), gl.zeros([BKW, BQ], gl.float32, s_layout),
                         use_acc=False, is_async=True)
-    # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
-    # loop would merge Membar's state of both paths and cost a bar.sync per iteration
-    if UNROLL == 2:  # as 1, the odd last step inside the loop (a Membar bar.sync more, fewer registers?)
-        for i in range(0, n_steps, 2):
-            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc,
-                                dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2,
-                                IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 1)
-            if i + 1 < n_steps:
-                s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc,
-                                dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2,
-                                IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 1, 1)
-    elif UNROLL:
+    if UNROLL:  # spills at d = 64 (README): kept for a later register budget
         # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
         # loop would merge Membar's state of both paths and cost a bar.sync per iteration
         for i in range(0, n_steps - 1, 2):
-            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
-                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
-                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 1)
-            s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
-                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
-                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 1, 1)
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
+                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
+                                    0, 1)
+            s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
+                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
+                                    1, 1)
         if n_steps % 2 == 1:
-            s_t, dk, dv = _ws3_step(n_steps - 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
-                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
-                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 1)
+            s_t, dk, dv = _ws3_step(n_steps - 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
+                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
+                                    0, 1)
     else:  # one step per iteration, ownership and dS^T buffer at run time
         for i in range(n_steps):
-            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_stage, ready, empty,
-                                    ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, row0q, kw0, q_start, n_steps, NQ,
-                                    NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE, 0, 0)
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
+                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
+                                    0, 0)
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))  # the discarded last S^T
     tma.store_wait(pendings=0)
     _store_rows(dk * scale, dk_ptr, row0k, kw0, NK, D)
@@ -285,10 +279,12 @@ def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
     gl.warp_specialize([
         (_ws3_consumer, (k0_smem, k1_smem, v0_smem, kh_smem, q_ring, do_ring, ds0, ds1, dq0_smem, kv_bar, ready,
                          empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0,
-                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, UNROLL, 0)),
+                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, UNROLL,
+                         0)),
         (_ws2_loader, (q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_smem, v1_smem, kh_smem, q_ring,
                        do_ring, kv_bar, ready, empty, row0q, row0k, k0, q_start, n_steps, SLOTS, DQ_MODE)),
         (_ws3_consumer, (k1_smem, k0_smem, v1_smem, kh_smem, q_ring, do_ring, ds1, ds0, dq1_smem, kv_bar, ready,
                          empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0 + BKW,
-                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, UNROLL, 1)),
+                         q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL, DQ_MODE, SLOTS, KV_REGS, UNROLL,
+                         1)),
     ], [1, 4], [24, CONSUMER_REGS])
