@@ -198,25 +198,25 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
         # pairs of steps (dS^T buffer 0, then 1), then a last odd step outside the loop: an `if` inside the
         # loop would merge Membar's state of both paths and cost a bar.sync per iteration
         for i in range(0, n_steps - 1, 2):
-            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
-                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
-                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
-                                    0, 1)
-            s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
-                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
-                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
-                                    1, 1)
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring,
+                                    ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL,
+                                    DQ_MODE, SLOTS, ROLE, 0, 1)
+            s_t, dk, dv = _ws3_step(i + 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring,
+                                    ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL,
+                                    DQ_MODE, SLOTS, ROLE, 1, 1)
         if n_steps % 2 == 1:
-            s_t, dk, dv = _ws3_step(n_steps - 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
-                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
-                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
-                                    0, 1)
+            s_t, dk, dv = _ws3_step(n_steps - 1, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring,
+                                    ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL,
+                                    DQ_MODE, SLOTS, ROLE, 0, 1)
     else:  # one step per iteration, ownership and dS^T buffer at run time
         for i in range(n_steps):
-            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring,
-                                    do_ring, ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
-                                    delta_ptr, row0q, kw0,                                    q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL, DQ_MODE, SLOTS, ROLE,
-                                    0, 0)
+            s_t, dk, dv = _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ring,
+                                    ds_own, ds_other, dq_stage, ready, empty, ds_full, dq_desc, dqh_desc, l2_ptr,
+                                    delta_ptr, row0q, kw0, q_start, n_steps, NQ, NK, qk_scale_log2, IS_CAUSAL,
+                                    DQ_MODE, SLOTS, ROLE, 0, 0)
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))  # the discarded last S^T
     tma.store_wait(pendings=0)
     _store_rows(dk * scale, dk_ptr, row0k, kw0, NK, D)
