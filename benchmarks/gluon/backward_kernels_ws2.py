@@ -235,14 +235,11 @@ def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
 
 
 @gluon.jit
-def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B,
-                   NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
-                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_REGS: gl.constexpr = 0):
-    """dK, dV of one 128-key tile (2 * BKW, BKW = k_desc's block rows) of one batch element; dQ shares
-    reduce-added into the fp32 buffer of dq_desc (block [BQ, D]) / dqh_desc (block [BQ, D / 2], mode 2).
-    kh_desc: K with block [BKW, D / 2] (mode 2). Grid: GROUP == 0: (B, cdiv(NK, 2 * BKW)); GROUP > 0:
-    (GROUP, cdiv(NK, 2 * BKW), B // GROUP), GROUP dividing B (CTAs start in x, y, z order, so
-    GROUP batch elements' key tiles run together). Launch with num_warps=4 and maxnreg 168."""
+def _ws2_buffers(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE: gl.constexpr,
+                 SLOTS: gl.constexpr, GROUP: gl.constexpr):
+    """This program's (batch element, first key) and the shared-memory tiles of ``bwd_ws2_kernel`` (also
+    ``bwd_ws3_kernel``'s), barriers aside: K, V halves, the Q/dO ring, dS^T buffers of both consumers, K's
+    column halves (mode 2; else a token allocation) and the two dQ staging tiles."""
     BQ: gl.constexpr = q_desc.block_type.shape[0]
     BKW: gl.constexpr = k_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -255,8 +252,6 @@ def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
         b = gl.program_id(0)
         t = gl.program_id(1)
     k0 = t * (2 * BKW)
-    row0q = b * NQ
-    row0k = b * NK
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BKW, BQ], dtype)
 
     k0_smem = gl.allocate_shared_memory(dtype, [BKW, D], k_desc.layout)
@@ -275,6 +270,24 @@ def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
         kh_smem = gl.allocate_shared_memory(dtype, [1, 8, DH], kh_desc.layout)
         dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
         dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
+    return b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem, dq1_smem
+
+
+@gluon.jit
+def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B,
+                   NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
+                   GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_REGS: gl.constexpr = 0):
+    """dK, dV of one 128-key tile (2 * BKW, BKW = k_desc's block rows) of one batch element; dQ shares
+    reduce-added into the fp32 buffer of dq_desc (block [BQ, D]) / dqh_desc (block [BQ, D / 2], mode 2).
+    kh_desc: K with block [BKW, D / 2] (mode 2). Grid: GROUP == 0: (B, cdiv(NK, 2 * BKW)); GROUP > 0:
+    (GROUP, cdiv(NK, 2 * BKW), B // GROUP), GROUP dividing B (CTAs start in x, y, z order, so
+    GROUP batch elements' key tiles run together). Launch with num_warps=4 and maxnreg 168."""
+    BQ: gl.constexpr = q_desc.block_type.shape[0]
+    BKW: gl.constexpr = k_desc.block_type.shape[0]
+    b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem, dq1_smem = _ws2_buffers(
+        q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE, SLOTS, GROUP)
+    row0q = b * NQ
+    row0k = b * NK
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())

@@ -68,7 +68,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from benchmarks.gluon.backward_kernels import _row_stats, _store_rows, _visible
-from benchmarks.gluon.backward_kernels_ws2 import _ws2_loader
+from benchmarks.gluon.backward_kernels_ws2 import _ws2_buffers, _ws2_loader
 from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
 
 
@@ -227,39 +227,16 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
 def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, B,
                    NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr, SLOTS: gl.constexpr,
                    GROUP: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_REGS: gl.constexpr = 0,
-                   UNROLL: gl.constexpr = 1):
+                   UNROLL: gl.constexpr = 0):
     """As ``bwd_ws2_kernel`` (same arguments, grid and launch options), DQ_MODE 1 or 2 only."""
     BQ: gl.constexpr = q_desc.block_type.shape[0]
     BKW: gl.constexpr = k_desc.block_type.shape[0]
-    D: gl.constexpr = q_desc.block_type.shape[1]
-    DH: gl.constexpr = kh_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
     gl.static_assert((DQ_MODE == 1) | (DQ_MODE == 2), "ws3: dQ modes 1 (alternating owner) and 2 (split) only")
     gl.static_assert((DQ_MODE == 1) | (SLOTS >= 3), "ws3 mode 2 releases a slot after the next ready wait")
-    if GROUP > 0:
-        b = gl.program_id(2) * GROUP + gl.program_id(0)
-    else:
-        b = gl.program_id(0)
-    k0 = gl.program_id(1) * (2 * BKW)
+    b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem, dq1_smem = _ws2_buffers(
+        q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE, SLOTS, GROUP)
     row0q = b * NQ
     row0k = b * NK
-    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BKW, BQ], dtype)
-    k0_smem = gl.allocate_shared_memory(dtype, [BKW, D], k_desc.layout)
-    k1_smem = gl.allocate_shared_memory(dtype, [BKW, D], k_desc.layout)
-    v0_smem = gl.allocate_shared_memory(dtype, [BKW, D], v_desc.layout)
-    v1_smem = gl.allocate_shared_memory(dtype, [BKW, D], v_desc.layout)
-    q_ring = gl.allocate_shared_memory(dtype, [SLOTS, BQ, D], q_desc.layout)
-    do_ring = gl.allocate_shared_memory(dtype, [SLOTS, BQ, D], do_desc.layout)
-    ds0 = gl.allocate_shared_memory(dtype, [2, BKW, BQ], ds_layout)
-    ds1 = gl.allocate_shared_memory(dtype, [2, BKW, BQ], ds_layout)
-    if DQ_MODE == 2:  # K's column halves; [BQ, D / 2] staging tiles
-        kh_smem = gl.allocate_shared_memory(dtype, [4, BKW, DH], kh_desc.layout)
-        dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, DH], dqh_desc.layout)
-        dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, DH], dqh_desc.layout)
-    else:  # kh_smem unused (a token allocation keeps one signature)
-        kh_smem = gl.allocate_shared_memory(dtype, [1, 8, DH], kh_desc.layout)
-        dq0_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
-        dq1_smem = gl.allocate_shared_memory(gl.float32, [BQ, D], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
