@@ -172,6 +172,17 @@ def _add_dq(dq, dq_smem, dq_desc, dq32_ptr, row0q, q0, NQ, DQ_ATOMIC: gl.constex
 
 
 @gluon.jit
+def _zero_dk_dv(kv_bar, BK: gl.constexpr, D: gl.constexpr):
+    """Zeroed fp32 dK, dV accumulators [BK, D] (wgmma layout of one warpgroup), once K and V have landed
+    (kv_bar, phase 0)."""
+    kd_layout: gl.constexpr = wgmma_layout(BK, D, gl.num_warps())
+    dk = gl.zeros([BK, D], gl.float32, kd_layout)
+    dv = gl.zeros([BK, D], gl.float32, kd_layout)
+    mbarrier.wait(kv_bar, phase=0)
+    return dk, dv
+
+
+@gluon.jit
 def _store_rows(x, ptr, row0, r0, NROWS, D: gl.constexpr):
     """ptr[(row0 + r0 + r) * D + c] = x[r, c] for r0 + r < NROWS (x in its wgmma layout)."""
     R: gl.constexpr = x.shape[0]
@@ -234,11 +245,8 @@ def bwd_plain_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dq32_ptr, l2_ptr,
     tma.async_copy_global_to_shared(q_desc, [row0q + q_start, 0], ready.index(0), q_ring.index(0), pred=first)
     tma.async_copy_global_to_shared(do_desc, [row0q + q_start, 0], ready.index(0), do_ring.index(0), pred=first)
 
-    kd_layout: gl.constexpr = wgmma_layout(BK, D, gl.num_warps())
     s_layout: gl.constexpr = wgmma_layout(BK, BQ, gl.num_warps())
-    dk = gl.zeros([BK, D], gl.float32, kd_layout)
-    dv = gl.zeros([BK, D], gl.float32, kd_layout)
-    mbarrier.wait(kv_bar, phase=0)
+    dk, dv = _zero_dk_dv(kv_bar, BK, D)
     for i in range(n_steps):
         q0 = q_start + i * BQ
         # prefetch step i + 1 into the other slot (its last reader, step i - 1, has completed)
@@ -329,11 +337,8 @@ def _ws_consumer(k_smem, v_smem, q_ring, do_ring, ds_smem, dq_pair, dq_bars, kv_
     BKW: gl.constexpr = k_smem.type.shape[0]
     D: gl.constexpr = k_smem.type.shape[1]
     BQ: gl.constexpr = q_ring.type.shape[1]
-    kd_layout: gl.constexpr = wgmma_layout(BKW, D, gl.num_warps())
     s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
-    dk = gl.zeros([BKW, D], gl.float32, kd_layout)
-    dv = gl.zeros([BKW, D], gl.float32, kd_layout)
-    mbarrier.wait(kv_bar, phase=0)
+    dk, dv = _zero_dk_dv(kv_bar, BKW, D)
     for i in range(n_steps):
         q0 = q_start + i * BQ
         slot = i % 2

@@ -67,7 +67,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from benchmarks.gluon.backward_kernels import _row_stats, _store_rows, _visible
+from benchmarks.gluon.backward_kernels import _row_stats, _store_rows, _visible, _zero_dk_dv
 from benchmarks.gluon.backward_kernels_ws2 import _ws2_buffers, _ws2_loader
 from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
 
@@ -177,12 +177,9 @@ def _ws3_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
     BKW: gl.constexpr = k_own.type.shape[0]
     D: gl.constexpr = k_own.type.shape[1]
     BQ: gl.constexpr = q_ring.type.shape[1]
-    kd_layout: gl.constexpr = wgmma_layout(BKW, D, gl.num_warps())
     s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
     sa_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
-    dk = gl.zeros([BKW, D], gl.float32, kd_layout)
-    dv = gl.zeros([BKW, D], gl.float32, kd_layout)
-    mbarrier.wait(kv_bar, phase=0)
+    dk, dv = _zero_dk_dv(kv_bar, BKW, D)
     if KV_REGS >= 1:  # K_w (and V_w) as register A operands of S^T (dP^T), as in ws2
         k_op = k_own.load(sa_layout)
     else:
