@@ -47,7 +47,8 @@ from pathlib import Path
 import torch
 import triton
 
-from benchmarks.gluon.minimal_kernel import Launch, _desc, compile_sm90  # the pieces' launch record, TMA descriptor, offline compile
+# the pieces' launch record, TMA descriptor helper and offline compile
+from benchmarks.gluon.minimal_kernel import Launch, _desc, compile_sm90
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "reference") not in sys.path:

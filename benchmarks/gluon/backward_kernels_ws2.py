@@ -120,6 +120,34 @@ def _ws2_loader(q_desc, k_desc, v_desc, do_desc, kh_desc, k0_smem, k1_smem, v0_s
 
 
 @gluon.jit
+def _ws2_p_ds(s_t, dv, v_op, do_tile, l2, delta, kw0, q0, NQ, NK, qk_scale_log2, IS_CAUSAL: gl.constexpr):
+    """A consumer step's first half, S^T_i in flight on entry: wait for S^T, issue dP^T = V_w dO_i^T, compute
+    P^T (masked where needed) while it runs, issue dV += P^T dO_i, wait for dP^T, dS^T = P^T (dP^T - Delta).
+    Returns (S^T, dV in flight, P^T as the register A operand, dS^T in the input dtype)."""
+    BKW: gl.constexpr = v_op.type.shape[0]
+    BQ: gl.constexpr = do_tile.type.shape[0]
+    D: gl.constexpr = do_tile.type.shape[1]
+    dtype: gl.constexpr = do_tile.dtype
+    s_layout: gl.constexpr = wgmma_layout(BKW, BQ, gl.num_warps())
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(BKW, D, gl.num_warps()),
+                                                 k_width=2)
+    zero_s = gl.zeros([BKW, BQ], gl.float32, s_layout)
+    s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
+    dp_t = warpgroup_mma(v_op, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    p_t = gl.exp2(s_t * qk_scale_log2 - l2)
+    ragged = (q0 + BQ > NQ) | (kw0 + BKW > NK)
+    if IS_CAUSAL:
+        ragged = ragged | (q0 < kw0 + BKW)
+    if ragged:
+        p_t = _visible(p_t, kw0, q0, NQ, NK, IS_CAUSAL)
+    p_a = gl.convert_layout(p_t.to(dtype), a_layout)
+    dv = warpgroup_mma(p_a, do_tile, dv, is_async=True)  # product 3
+    dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
+    ds_t = (p_t * (dp_t - delta)).to(dtype)
+    return s_t, dv, p_a, ds_t
+
+
+@gluon.jit
 def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_other, dq_pair, dqh_pair, kv_bar, ready,
                   empty, dq_bars, ds_full, ds_free, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k,
                   kw0, q_start, n_steps, NQ, NK, qk_scale_log2, scale, IS_CAUSAL: gl.constexpr,
@@ -169,18 +197,8 @@ def _ws2_consumer(k_own, k_other, v_smem, kh_smem, q_ring, do_ring, ds_own, ds_o
         owner = buf == ROLE  # mode 1: this consumer computes and reduces step i's dQ
         not_owner = buf != ROLE
         # -- S^T (issued during the previous step) done; P^T while dP^T runs --
-        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
-        dp_t = warpgroup_mma(v_op, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        p_t = gl.exp2(s_t * qk_scale_log2 - l2)
-        ragged = (q0 + BQ > NQ) | (kw0 + BKW > NK)
-        if IS_CAUSAL:
-            ragged = ragged | (q0 < kw0 + BKW)
-        if ragged:
-            p_t = _visible(p_t, kw0, q0, NQ, NK, IS_CAUSAL)
-        p_a = gl.convert_layout(p_t.to(dtype), a_layout)
-        dv = warpgroup_mma(p_a, do_tile, dv, is_async=True)  # product 3
-        dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
-        ds_t = (p_t * (dp_t - delta)).to(dtype)
+        s_t, dv, p_a, ds_t = _ws2_p_ds(s_t, dv, v_op, do_tile, l2, delta, kw0, q0, NQ, NK, qk_scale_log2,
+                                       IS_CAUSAL)
         # the other consumer's wgmmas of step i - 2 read ds_buf (mode 1: only on steps it owns)
         if DQ_MODE == 1:
             mbarrier.wait(ds_free.index(2 * ROLE + buf), ((i // 2) & 1) ^ 1, pred=not_owner)
@@ -284,8 +302,8 @@ def bwd_ws2_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
     GROUP batch elements' key tiles run together). Launch with num_warps=4 and maxnreg 168."""
     BQ: gl.constexpr = q_desc.block_type.shape[0]
     BKW: gl.constexpr = k_desc.block_type.shape[0]
-    b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem, dq1_smem = _ws2_buffers(
-        q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE, SLOTS, GROUP)
+    (b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem,
+     dq1_smem) = _ws2_buffers(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE, SLOTS, GROUP)
     row0q = b * NQ
     row0k = b * NK
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())

@@ -68,7 +68,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from benchmarks.gluon.backward_kernels import _row_stats, _store_rows, _visible, _zero_dk_dv
-from benchmarks.gluon.backward_kernels_ws2 import _ws2_buffers, _ws2_loader
+from benchmarks.gluon.backward_kernels_ws2 import _ws2_buffers, _ws2_loader, _ws2_p_ds
 from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
 
 
@@ -103,18 +103,7 @@ def _ws3_step(i, s_t, dk, dv, k_op, v_op, k_own, k_other, kh_smem, q_ring, do_ri
     ds_buf = ds_own.index(buf)
     l2, delta = _row_stats(l2_ptr, delta_ptr, row0q, q0, NQ, BQ, s_layout)  # in flight with S^T
     # -- S^T_i done; P^T while dP^T runs --
-    s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
-    dp_t = warpgroup_mma(v_op, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    p_t = gl.exp2(s_t * qk_scale_log2 - l2)
-    ragged = (q0 + BQ > NQ) | (kw0 + BKW > NK)
-    if IS_CAUSAL:
-        ragged = ragged | (q0 < kw0 + BKW)
-    if ragged:
-        p_t = _visible(p_t, kw0, q0, NQ, NK, IS_CAUSAL)
-    p_a = gl.convert_layout(p_t.to(dtype), a_layout)
-    dv = warpgroup_mma(p_a, do_tile, dv, is_async=True)  # product 3
-    dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
-    ds_t = (p_t * (dp_t - delta)).to(dtype)
+    s_t, dv, p_a, ds_t = _ws2_p_ds(s_t, dv, v_op, do_tile, l2, delta, kw0, q0, NQ, NK, qk_scale_log2, IS_CAUSAL)
     ds_buf.store(ds_t)  # no ds_free wait: implied (module docstring, "Hazards")
     ds_a = gl.convert_layout(ds_t, a_layout)
     dk = warpgroup_mma(ds_a, q_tile, dk, is_async=True)  # product 4
@@ -230,8 +219,8 @@ def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
     BKW: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert((DQ_MODE == 1) | (DQ_MODE == 2), "ws3: dQ modes 1 (alternating owner) and 2 (split) only")
     gl.static_assert((DQ_MODE == 1) | (SLOTS >= 3), "ws3 mode 2 releases a slot after the next ready wait")
-    b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem, dq1_smem = _ws2_buffers(
-        q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE, SLOTS, GROUP)
+    (b, k0, k0_smem, k1_smem, v0_smem, v1_smem, q_ring, do_ring, ds0, ds1, kh_smem, dq0_smem,
+     dq1_smem) = _ws2_buffers(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, DQ_MODE, SLOTS, GROUP)
     row0q = b * NQ
     row0k = b * NK
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
