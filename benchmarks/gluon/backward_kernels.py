@@ -183,6 +183,17 @@ def _zero_dk_dv(kv_bar, BK: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
+def _query_steps(k0, NQ, BQ: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(first query row, number of BQ-row query steps) that see keys from k0 on: causal skips the query
+    tiles that end before k0. n_steps <= 0 when no query sees them (causal, k0 >= NQ)."""
+    if IS_CAUSAL:
+        q_start = (k0 // BQ) * BQ
+    else:
+        q_start = 0
+    return q_start, gl.cdiv(NQ - q_start, BQ)
+
+
+@gluon.jit
 def _store_rows(x, ptr, row0, r0, NROWS, D: gl.constexpr):
     """ptr[(row0 + r0 + r) * D + c] = x[r, c] for r0 + r < NROWS (x in its wgmma layout)."""
     R: gl.constexpr = x.shape[0]
@@ -393,11 +404,7 @@ def bwd_ws_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dq32_ptr, l2_ptr, de
         mbarrier.init(empty.index(s), count=2)  # two consumers release each slot
         mbarrier.init(dq_bars.index(s), count=1)
 
-    if IS_CAUSAL:
-        q_start = (k0 // BQ) * BQ
-    else:
-        q_start = 0
-    n_steps = gl.cdiv(NQ - q_start, BQ)
+    q_start, n_steps = _query_steps(k0, NQ, BQ, IS_CAUSAL)
     gl.warp_specialize([
         (_ws_consumer, (k0_smem, v0_smem, q_ring, do_ring, ds0_smem, (dq0_smem, dq1_smem), dq_bars, kv_bar, ready,
                         empty, dq_desc, dq32_ptr, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0, q_start, n_steps,

@@ -67,7 +67,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from benchmarks.gluon.backward_kernels import _row_stats, _store_rows, _visible, _zero_dk_dv
+from benchmarks.gluon.backward_kernels import _query_steps, _row_stats, _store_rows, _visible, _zero_dk_dv
 from benchmarks.gluon.backward_kernels_ws2 import _ws2_buffers, _ws2_loader, _ws2_p_ds
 from benchmarks.gluon.kernels import tma_reduce_add, wgmma_layout
 
@@ -234,11 +234,7 @@ def bwd_ws3_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, kh_desc, dqh_desc, 
     for c in gl.static_range(4):
         mbarrier.init(ds_full.index(c), count=1)
 
-    if IS_CAUSAL:
-        q_start = (k0 // BQ) * BQ
-    else:
-        q_start = 0
-    n_steps = gl.cdiv(NQ - q_start, BQ)
+    q_start, n_steps = _query_steps(k0, NQ, BQ, IS_CAUSAL)
     gl.warp_specialize([
         (_ws3_consumer, (k0_smem, k1_smem, v0_smem, kh_smem, q_ring, do_ring, ds0, ds1, dq0_smem, kv_bar, ready,
                          empty, ds_full, dq_desc, dqh_desc, l2_ptr, delta_ptr, dk_ptr, dv_ptr, row0q, row0k, k0,
