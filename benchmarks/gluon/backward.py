@@ -175,6 +175,28 @@ def gluon_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     return grads
 
 
+def staff_forward(ctx, Q, K, V, is_causal: bool, variant: str):
+    """The body of ``StaffFlashAttention.forward``, a plain function so that other Functions (the staff
+    submission's, ``staff_submission.py``) can share it: torch.compile refuses a Function whose forward
+    or backward calls another Function's static methods."""
+    check_flash_attention_inputs(Q, K, V, is_causal, needs_triton=True)
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    O, L = flash_forward_triton(Q, K, V, is_causal)  # (B, NQ, d), (B, NQ)
+    ctx.save_for_backward(L, Q, K, V, O)
+    ctx.is_causal = is_causal
+    ctx.variant = variant
+    return O
+
+
+def staff_backward(ctx, dO):
+    """(dQ, dK, dV) for what ``staff_forward`` saved: the Gluon variant where it applies, else the reference's."""
+    L, Q, K, V, O = ctx.saved_tensors
+    if gluon_supported(Q):
+        return gluon_backward(ctx.variant, Q, K, V, O, dO, L, ctx.is_causal)
+    return flash_backward_triton(Q, K, V, O, dO, L, ctx.is_causal)
+
+
 class StaffFlashAttention(torch.autograd.Function):
     """The reference's Triton forward; the backward by a Gluon variant (float16/bfloat16, d 64 or 128)
     or else by the reference's Triton backward.
@@ -185,23 +207,11 @@ class StaffFlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False, variant="ws"):
-        check_flash_attention_inputs(Q, K, V, is_causal, needs_triton=True)
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
-        O, L = flash_forward_triton(Q, K, V, is_causal)  # (B, NQ, d), (B, NQ)
-        ctx.save_for_backward(L, Q, K, V, O)
-        ctx.is_causal = is_causal
-        ctx.variant = variant
-        return O
+        return staff_forward(ctx, Q, K, V, is_causal, variant)
 
     @staticmethod
     def backward(ctx, dO):
-        L, Q, K, V, O = ctx.saved_tensors
-        if gluon_supported(Q):
-            dQ, dK, dV = gluon_backward(ctx.variant, Q, K, V, O, dO, L, ctx.is_causal)
-        else:
-            dQ, dK, dV = flash_backward_triton(Q, K, V, O, dO, L, ctx.is_causal)
-        return dQ, dK, dV, None, None
+        return (*staff_backward(ctx, dO), None, None)
 
 
 def make_function(variant: str):
