@@ -25,8 +25,6 @@ ws2_*          ``bwd_ws2_kernel`` (backward_kernels_ws2.py), d = 64 (d = 128 run
                elements' key tiles at a time) and K_w / V_w held in registers (``_k``, ``_kv``)
 ws3_*          ``bwd_ws3_kernel`` (backward_kernels_ws3.py): ws2's alternating-owner and split dQ modes
                with fewer warpgroup bar.syncs per step (``WS3_VARIANTS``)
-ws4_*          ``bwd_ws4_kernel`` (backward_kernels_ws4.py): ws3_alt4_l2_kv with L2 / Delta loaded by TMA
-               into the ring slot; DEFER / UNROLL options (``WS4_VARIANTS``)
 =============  ====================================================================================
 
 Inside a step every variant issues S^T and dP^T back to back (async) and computes P^T while dP^T
@@ -48,8 +46,6 @@ from pathlib import Path
 
 import torch
 import triton
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # the pieces' launch record, TMA descriptor helper and offline compile
 from benchmarks.gluon.minimal_kernel import Launch, _desc, compile_sm90
@@ -68,7 +64,6 @@ from benchmarks.gluon.backward_kernels import (  # noqa: E402
 )
 from benchmarks.gluon.backward_kernels_ws2 import bwd_ws2_kernel  # noqa: E402
 from benchmarks.gluon.backward_kernels_ws3 import bwd_ws3_kernel  # noqa: E402
-from benchmarks.gluon.backward_kernels_ws4 import bwd_ws4_kernel  # noqa: E402
 
 # ws2 variants (backward_kernels_ws2.py): name -> (DQ_MODE, SLOTS, GROUP, KV_REGS); all pipelined across
 # query steps (S^T of step i + 1 issued before step i's dQ epilogue). DQ_MODE 0: ws_dqsum's hand-over,
@@ -95,17 +90,7 @@ WS3_VARIANTS = {  # name -> (DQ_MODE, SLOTS, GROUP, KV_REGS, UNROLL)
     "ws3_alt4_l2_kv": (1, 4, 2, 2, 0),  # ... with a 4-slot ring (the slot is released half a step later)
     "ws3_split_l2_k": (2, 3, 2, 1, 0),  # ws2_split_l2_k's levers
 }  # UNROLL 1 and 2 (two steps per iteration, static ownership) spill 4-164 B at d = 64: not listed (README)
-# ws4 variants (backward_kernels_ws4.py): ws3_alt4_l2_kv (alternating owner, 4 slots, GROUP 2, K_w / V_w in
-# registers) with L2 / Delta loaded by TMA into the ring slot; DEFER: the owner's dQ fenced and reduce-added
-# in the next step, under that step's dS^T fence; UNROLL: as ws3's.
-WS4_VARIANTS = {  # name -> (SLOTS, GROUP, DEFER, UNROLL)
-    "ws4_st": (4, 2, 0, 0),
-    "ws4_st_defer": (4, 2, 1, 0),
-    "ws4_st_unroll": (4, 2, 0, 1),
-    "ws4_st_defer_unroll": (4, 2, 1, 1),
-}
-VARIANTS = (("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS) + tuple(WS3_VARIANTS)
-            + tuple(WS4_VARIANTS))
+VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS) + tuple(WS3_VARIANTS)
 WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 GLUON_HEAD_DIMS = (64, 128)
@@ -139,14 +124,8 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     NK = K.shape[1]
     q, k, v, o, do = (_dense(t).view(-1, D) for t in (Q, K, V, O, dO))
     dev = q.device
-    if variant in WS4_VARIANTS and D == WS2_HEAD_DIM:  # L2; Delta as rows of one [2, R] tensor (a TMA box)
-        pad = -(-(B * NQ) // 4) * 4  # row stride a multiple of 16 bytes
-        stats = torch.empty(2, pad, device=dev, dtype=torch.float32)
-        stats[:, B * NQ:] = 0.0  # finite statistics for the ragged last step (P^T is zeroed there)
-        l2, delta = stats[0, :B * NQ], stats[1, :B * NQ]
-    else:
-        l2 = torch.empty(B * NQ, device=dev, dtype=torch.float32)
-        delta = torch.empty(B * NQ, device=dev, dtype=torch.float32)
+    l2 = torch.empty(B * NQ, device=dev, dtype=torch.float32)
+    delta = torch.empty(B * NQ, device=dev, dtype=torch.float32)
     dq32 = torch.empty(B * NQ, D, device=dev, dtype=torch.float32)
     dq = torch.empty(B, NQ, D, device=dev, dtype=Q.dtype)
     dk = torch.empty(B, NK, D, device=dev, dtype=K.dtype)
@@ -158,17 +137,9 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     descs = (_desc(q, [BQ, D]), _desc(k, [BKW, D]), _desc(v, [BKW, D]), _desc(do, [BQ, D]), _desc(dq32, [BQ, D]))
     common = descs + (dq32, l2, delta, dk, dv, NQ, NK, scale * 1.4426950408889634, scale)
     atomic = variant.endswith("_atomic")
-    if (variant in WS2_VARIANTS or variant in WS3_VARIANTS or variant in WS4_VARIANTS) and D != WS2_HEAD_DIM:
+    if (variant in WS2_VARIANTS or variant in WS3_VARIANTS) and D != WS2_HEAD_DIM:
         variant = "ws_dqsum"  # d = 128: 3 slots + 4 dS^T buffers exceed shared memory (256 KB); ws_dqsum's kernel
-    if variant in WS4_VARIANTS:
-        slots, group, defer, unroll = WS4_VARIANTS[variant]
-        group = group if B % group == 0 else 1
-        st_desc = TensorDescriptor.from_tensor(stats, [2, BQ], gl.NVMMASharedLayout(0, 32, rank=2))  # no swizzle
-        main = Launch(bwd_ws4_kernel, (group, triton.cdiv(NK, 2 * BKW), B // group),
-                      descs + (st_desc, dk, dv, B, NQ, NK, scale * 1.4426950408889634, scale),
-                      dict(IS_CAUSAL=is_causal, SLOTS=slots, GROUP=group, CONSUMER_REGS=WS_CONSUMER_REGS,
-                           DEFER=defer, UNROLL=unroll), num_warps=4, maxnreg=WS_MAXNREG)
-    elif variant in WS2_VARIANTS or variant in WS3_VARIANTS:
+    if variant in WS2_VARIANTS or variant in WS3_VARIANTS:
         dq_mode, slots, group, kv_regs, unroll = {**{k: v + (0, ) for k, v in WS2_VARIANTS.items()},
                                                   **WS3_VARIANTS}[variant]
         tiles = triton.cdiv(NK, 2 * BKW)
