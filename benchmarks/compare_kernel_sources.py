@@ -69,8 +69,9 @@ def run_once(fn, q, k, v) -> list[torch.Tensor]:
     return [o.detach(), q.grad, k.grad, v.grad]
 
 
-def profile_kernels(fn, q, k, v, calls: int = 5) -> list[tuple[str, float]]:
-    """(kernel name, mean ms per call) of the CUDA kernels that one forward+backward call launches."""
+def profile_kernels(fn, q, k, v, calls: int = 5) -> list[tuple[str, float, float]]:
+    """(kernel name, mean ms per call, launches per call) of the CUDA kernels that one forward+backward
+    call launches, longest first."""
     from torch.profiler import ProfilerActivity, profile
 
     run_once(fn, q, k, v)
@@ -79,7 +80,8 @@ def profile_kernels(fn, q, k, v, calls: int = 5) -> list[tuple[str, float]]:
         for _ in range(calls):
             run_once(fn, q, k, v)
         torch.cuda.synchronize()
-    rows = [(e.key, e.device_time_total / 1000 / calls) for e in prof.key_averages() if e.device_time_total > 0]
+    rows = [(e.key, e.device_time_total / 1000 / calls, e.count / calls) for e in prof.key_averages()
+            if e.device_time_total > 0]
     return sorted(rows, key=lambda row: -row[1])
 
 
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             emit("")
             emit(f"| {name}: CUDA kernel | ms per fwd+bwd call |")
             emit("| --- | --- |")
-            for kernel, ms in profile_kernels(fn, q, k, v):
+            for kernel, ms, _ in profile_kernels(fn, q, k, v):
                 emit(f"| {kernel[:90]} | {ms:.4f} |")
     return 0
 

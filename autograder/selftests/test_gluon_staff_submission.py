@@ -19,8 +19,9 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[2]
 BUILD_AND_LOAD = """
 import inspect, sys, torch
+from pathlib import Path
 from benchmarks.gluon.staff_submission import build
-out = build(__import__("pathlib").Path(sys.argv[1]), "ws3_alt4_l2_kv")
+out = build(Path(sys.argv[1]), "ws3_alt4_l2_kv")
 for name in [m for m in sys.modules if m == "cs336_systems" or m.startswith("cs336_systems.")]:
     del sys.modules[name]  # the builder imported the reference's; the copy must import its own
 sys.path.insert(0, str(out))
@@ -45,13 +46,14 @@ for out, variant in ((Path(sys.argv[1]) / "a", "no_such_variant"), (Path(sys.arg
 """
 
 
-def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=KIT, capture_output=True, text=True,
+def _python(code: str, folder: Path) -> subprocess.CompletedProcess:
+    """Run ``code`` with ``folder`` as its argument, in a fresh interpreter at the kit's root."""
+    return subprocess.run([sys.executable, "-c", code, str(folder)], cwd=KIT, capture_output=True, text=True,
                           timeout=120, env={"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"})
 
 
 def test_builds_the_reference_with_the_staff_function(tmp_path):
-    done = _python(BUILD_AND_LOAD.replace("sys.argv[1])", "sys.argv[1]) / 'staff'"), tmp_path)
+    done = _python(BUILD_AND_LOAD, tmp_path / "staff")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'ws3_alt4_l2_kv'" in done.stdout, done.stdout
     assert (tmp_path / "staff" / "cs336_systems" / "flash_attention_triton.py").read_text() == (

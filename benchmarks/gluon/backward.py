@@ -91,6 +91,8 @@ WS3_VARIANTS = {  # name -> (DQ_MODE, SLOTS, GROUP, KV_REGS, UNROLL)
     "ws3_split_l2_k": (2, 3, 2, 1, 0),  # ws2_split_l2_k's levers
 }  # UNROLL 1 and 2 (two steps per iteration, static ownership) spill 4-164 B at d = 64: not listed (README)
 VARIANTS = ("plain", "plain_atomic", "ws", "ws_atomic", "ws_dqsum") + tuple(WS2_VARIANTS) + tuple(WS3_VARIANTS)
+# (DQ_MODE, SLOTS, GROUP, KV_REGS, UNROLL) of every ws2 and ws3 variant (ws2's kernel has no UNROLL)
+WS_LEVERS = {**{name: levers + (0, ) for name, levers in WS2_VARIANTS.items()}, **WS3_VARIANTS}
 WS2_HEAD_DIM = 64  # the ws2 variants' kernel serves d = 64; other d run ws_dqsum's kernel
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 GLUON_HEAD_DIMS = (64, 128)
@@ -106,6 +108,12 @@ def gluon_supported(q: torch.Tensor) -> bool:
     return q.dtype in GLUON_DTYPES and q.shape[-1] in GLUON_HEAD_DIMS
 
 
+def check_variant(variant: str) -> None:
+    """Raise ValueError naming the known variants unless ``variant`` is one of them."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+
+
 def _dense(t: torch.Tensor) -> torch.Tensor:
     """t, contiguous and 16-byte aligned (TMA descriptors need both); a copy only where t is not."""
     t = t.contiguous()
@@ -118,8 +126,7 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     Q, O, dO (B, NQ, d); K, V (B, NK, d); L (B, NQ) float32 natural-log logsumexp. Tensors may live
     on the CPU (offline compile: the launches are built, never run). Contiguous copies are made
     where needed (dO of ``o.sum().backward()`` has zero strides)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    check_variant(variant)
     B, NQ, D = Q.shape
     NK = K.shape[1]
     q, k, v, o, do = (_dense(t).view(-1, D) for t in (Q, K, V, O, dO))
@@ -137,11 +144,10 @@ def plan_backward(variant: str, Q, K, V, O, dO, L, is_causal: bool):
     descs = (_desc(q, [BQ, D]), _desc(k, [BKW, D]), _desc(v, [BKW, D]), _desc(do, [BQ, D]), _desc(dq32, [BQ, D]))
     common = descs + (dq32, l2, delta, dk, dv, NQ, NK, scale * 1.4426950408889634, scale)
     atomic = variant.endswith("_atomic")
-    if (variant in WS2_VARIANTS or variant in WS3_VARIANTS) and D != WS2_HEAD_DIM:
+    if variant in WS_LEVERS and D != WS2_HEAD_DIM:
         variant = "ws_dqsum"  # d = 128: 3 slots + 4 dS^T buffers exceed shared memory (256 KB); ws_dqsum's kernel
-    if variant in WS2_VARIANTS or variant in WS3_VARIANTS:
-        dq_mode, slots, group, kv_regs, unroll = {**{k: v + (0, ) for k, v in WS2_VARIANTS.items()},
-                                                  **WS3_VARIANTS}[variant]
+    if variant in WS_LEVERS:
+        dq_mode, slots, group, kv_regs, unroll = WS_LEVERS[variant]
         tiles = triton.cdiv(NK, 2 * BKW)
         group = group if group and B % group == 0 else (1 if group else 0)  # GROUP must divide B
         grid = (group, tiles, B // group) if group else (B, tiles)
@@ -180,8 +186,7 @@ def staff_forward(ctx, Q, K, V, is_causal: bool, variant: str):
     submission's, ``staff_submission.py``) can share it: torch.compile refuses a Function whose forward
     or backward calls another Function's static methods."""
     check_flash_attention_inputs(Q, K, V, is_causal, needs_triton=True)
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    check_variant(variant)
     O, L = flash_forward_triton(Q, K, V, is_causal)  # (B, NQ, d), (B, NQ)
     ctx.save_for_backward(L, Q, K, V, O)
     ctx.is_causal = is_causal
@@ -216,8 +221,7 @@ class StaffFlashAttention(torch.autograd.Function):
 
 def make_function(variant: str):
     """``fn(q, k, v, is_causal=False)`` running StaffFlashAttention with the given backward variant."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    check_variant(variant)
 
     def attention(q, k, v, is_causal=False):
         return StaffFlashAttention.apply(q, k, v, is_causal, variant)

@@ -39,6 +39,10 @@ import triton
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # flash_attention_benchmark's sdpa_fn, SDPA_BACKENDS
 
+# compare_kernel_sources imports the reference as the submission (harness.submission.load_adapters), which
+# must come before anything imports cs336_systems: backward.py below then finds that one.
+from compare_kernel_sources import profile_kernels as kernel_rows  # noqa: E402  (its torch.profiler rows)
+from compare_kernel_sources import rel  # noqa: E402  (norm-relative error in float64)
 from benchmarks.gluon.backward import VARIANTS, make_function  # noqa: E402  (also puts reference/ on sys.path)
 from cs336_systems.flash_attention_triton import FlashAttentionTriton  # noqa: E402
 from harness.flash_tolerances import TOLERANCES  # noqa: E402
@@ -167,7 +171,7 @@ def time_variants(variants: list[str], rounds: int, rep_ms: int, profile: bool =
             print(f"  {name}: ERROR {type(exc).__name__}: {str(exc)[:500]}", flush=True)
             fns.pop(name, None)
             continue
-        rels = [((a.double() - b.double()).norm() / b.double().norm()).item() for a, b in zip(out, base)]
+        rels = [rel(a, b) for a, b in zip(out, base)]
         print(f"  {name}: " + ", ".join(f"{r:.1e}" for r in rels), flush=True)
         fns[name] = fn
         del out
@@ -206,38 +210,16 @@ def time_variants(variants: list[str], rounds: int, rep_ms: int, profile: bool =
 
 def profile_kernels(fns: dict, q, k, v, calls: int = 5) -> None:
     """Per implementation: each CUDA kernel's mean time per forward+backward over ``calls`` calls, its
-    launches per call and its share, longest first (torch.profiler, CUDA activity only)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
+    launches per call and its share, longest first (compare_kernel_sources.py's torch.profiler rows)."""
     print(f"\nkernels of one forward+backward (o.sum().backward(), causal, {LEADERBOARD} bfloat16), "
           f"torch.profiler, mean over {calls} calls", flush=True)
     for name, fn in fns.items():
-        def call(fn=fn):
-            for t in (q, k, v):
-                t.grad = None
-            fn(q, k, v, True).sum().backward()
-
-        call()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                call()
-            torch.cuda.synchronize()
-        rows = []
-        for evt in prof.key_averages():
-            if getattr(evt, "device_type", None) != DeviceType.CUDA:
-                continue
-            us = getattr(evt, "self_device_time_total", None)
-            if us is None:
-                us = getattr(evt, "self_cuda_time_total", 0)
-            if us > 0:
-                rows.append((us / calls / 1000, evt.count / calls, evt.key))
-        total = sum(ms for ms, _, _ in rows)
+        rows = kernel_rows(fn, q, k, v, calls)
+        total = sum(ms for _, ms, _ in rows)
         print(f"\n{name}: {total:.3f} ms of kernels per call", flush=True)
         print("| ms | launches | share | kernel |")
         print("| --- | --- | --- | --- |")
-        for ms, count, key in sorted(rows, reverse=True)[:12]:
+        for key, ms, count in rows[:12]:
             print(f"| {ms:.3f} | {count:g} | {ms / total:.1%} | {key[:90]} |", flush=True)
 
 

@@ -52,10 +52,12 @@ def get_flashattention_autograd_function_triton():
 
 def build(out: Path, variant: str) -> Path:
     """Copy ``reference/`` to ``out`` (which must not exist) and point its Triton adapter at ``variant``."""
-    from benchmarks.gluon.backward import VARIANTS
+    from benchmarks.gluon.backward import check_variant
 
-    if variant not in VARIANTS:
-        raise SystemExit(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    try:
+        check_variant(variant)
+    except ValueError as unknown:
+        raise SystemExit(str(unknown)) from None
     if out.exists():
         raise SystemExit(f"{out} exists; give a new folder (nothing there is overwritten)")
     shutil.copytree(ROOT / "reference", out, ignore=shutil.ignore_patterns("__pycache__"))
